@@ -1,0 +1,258 @@
+"""A small OpenAI-compatible model server for tests: the only stand-in we allow (for the paid LLM).
+
+It is a real HTTP server on loopback. It answers `GET /v1/models` and `POST /v1/chat/completions`
+(plain JSON, or SSE chunks when the request asks for `"stream": true`), deterministically, and
+records every request it received so a test can read the exact prompt that reached "the model".
+
+Control, from the same process (`FakeLLM` object) or over HTTP when run as a script:
+- `script(replies)`: the next completions answer these texts in order (then the default again);
+- `fail_next(n, status)`: the next n completions fail with that HTTP status;
+- `garbage_next(n)`: the next n completions answer text that no strict parser accepts;
+- `delay`: seconds to wait before answering (for timeout tests);
+- `responder`: a function(request_body) -> reply text, replacing the default.
+HTTP control: `GET /_fake/requests`, `POST /_fake/reset`, `POST /_fake/script {"replies": [...]}`,
+`POST /_fake/fail {"n": 1, "status": 500}`, `POST /_fake/garbage {"n": 1}`, `POST /_fake/delay {"seconds": 2}`.
+
+Run alone: `python tests/fakellm.py --port 5001` (prints its base URL, ending in /v1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+MODEL_ID = "fake-model"
+GARBAGE = "<<garbage: this is not the format you asked for>> {unclosed"
+
+
+def default_reply(body: dict[str, Any]) -> str:
+    """A deterministic reply naming a digest of the prompt, so equal prompts give equal replies."""
+    messages = body.get("messages") or []
+    last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+    content = last_user.get("content")
+    if isinstance(content, list):  # multi-part content
+        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    text = str(content or "")
+    digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:8]
+    return f"Fake reply {digest} to: {text[:80]}"
+
+
+class FakeLLM:
+    """The server and its controls. Use as a context manager or call start()/stop()."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.responder: Callable[[dict[str, Any]], str] = default_reply
+        self.delay = 0.0
+        self._scripted: deque[str] = deque()
+        self._failures: deque[int] = deque()
+        self._garbage = 0
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer((host, port), _make_handler(self))
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        """Base URL as OpenAI clients want it (ends with /v1, no trailing slash)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> "FakeLLM":
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> "FakeLLM":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- controls --------------------------------------------------------------------------
+    def script(self, replies: list[str]) -> None:
+        with self._lock:
+            self._scripted.extend(replies)
+
+    def fail_next(self, n: int = 1, status: int = 500) -> None:
+        with self._lock:
+            self._failures.extend([status] * n)
+
+    def garbage_next(self, n: int = 1) -> None:
+        with self._lock:
+            self._garbage += n
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self._scripted.clear()
+            self._failures.clear()
+            self._garbage = 0
+            self.delay = 0.0
+            self.responder = default_reply
+
+    def completions(self) -> list[dict[str, Any]]:
+        """Bodies of the chat-completion requests received so far."""
+        return [r["body"] for r in self.requests if r["path"].endswith("/chat/completions")]
+
+    # --- answering -------------------------------------------------------------------------
+    def _next_outcome(self, body: dict[str, Any]) -> tuple[int, str]:
+        with self._lock:
+            if self._failures:
+                return self._failures.popleft(), ""
+            if self._garbage:
+                self._garbage -= 1
+                return 200, GARBAGE
+            if self._scripted:
+                return 200, self._scripted.popleft()
+        return 200, self.responder(body)
+
+
+def _completion(text: str, created: int) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-fake-{created}",
+        "object": "chat.completion",
+        "created": created,
+        "model": MODEL_ID,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
+
+
+def _chunks(text: str, created: int) -> list[dict[str, Any]]:
+    base = {"id": f"chatcmpl-fake-{created}", "object": "chat.completion.chunk",
+            "created": created, "model": MODEL_ID}
+    words = text.split(" ")
+    pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
+    out = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                 "finish_reason": None}]}]
+    out += [{**base, "choices": [{"index": 0, "delta": {"content": p}, "finish_reason": None}]}
+            for p in pieces]
+    out.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    return out
+
+
+def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:  # keep test output clean
+            pass
+
+        def _send_json(self, status: int, payload: Any) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Access-Control-Allow-Origin", "*")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _body(self) -> Any:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                return json.loads(raw or b"{}")
+            except ValueError:
+                return {"_raw": raw.decode("utf-8", "replace")}
+
+        def do_OPTIONS(self) -> None:  # noqa: N802 (http.server naming)
+            self.send_response(204)
+            self.send_header("Access-Control-Allow-Origin", "*")
+            self.send_header("Access-Control-Allow-Headers", "*")
+            self.send_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_GET(self) -> None:  # noqa: N802
+            if self.path.rstrip("/").endswith("/models"):
+                self._send_json(200, {"object": "list", "data": [{"id": MODEL_ID, "object": "model"}]})
+            elif self.path == "/_fake/requests":
+                self._send_json(200, {"requests": fake.requests})
+            else:
+                self._send_json(404, {"error": {"message": "not found"}})
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = self._body()
+            if self.path.startswith("/_fake/"):
+                self._control(self.path[len("/_fake/"):], body)
+                return
+            if not self.path.rstrip("/").endswith("/chat/completions"):
+                self._send_json(404, {"error": {"message": "not found"}})
+                return
+            fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+            if fake.delay:
+                time.sleep(fake.delay)
+            status, text = fake._next_outcome(body if isinstance(body, dict) else {})
+            if status != 200:
+                self._send_json(status, {"error": {"message": f"fake failure {status}"}})
+                return
+            created = int(time.time())
+            if isinstance(body, dict) and body.get("stream"):
+                self._stream(text, created)
+            else:
+                self._send_json(200, _completion(text, created))
+
+        def _stream(self, text: str, created: int) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for chunk in _chunks(text, created):
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+            self.close_connection = True
+
+        def _control(self, verb: str, body: Any) -> None:
+            body = body if isinstance(body, dict) else {}
+            if verb == "reset":
+                fake.reset()
+            elif verb == "script":
+                fake.script([str(r) for r in body.get("replies", [])])
+            elif verb == "fail":
+                fake.fail_next(int(body.get("n", 1)), int(body.get("status", 500)))
+            elif verb == "garbage":
+                fake.garbage_next(int(body.get("n", 1)))
+            elif verb == "delay":
+                fake.delay = float(body.get("seconds", 0))
+            else:
+                self._send_json(404, {"error": {"message": f"unknown control {verb}"}})
+                return
+            self._send_json(200, {"ok": True})
+
+    return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    fake = FakeLLM(port=args.port).start()
+    print(fake.url, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        fake.stop()
+
+
+if __name__ == "__main__":
+    main()
