@@ -40,8 +40,13 @@ class StorageUnavailable(Exception):
     """The database could not be written for an I/O reason."""
 
 
+FULL_MESSAGES = ("database or disk is full", "SQLITE_FULL",
+                 # sqlite-vec's wording when it cannot allocate the next chunk of vectors
+                 "Could not insert a new vector chunk")
+
+
 def _is_full(exc: Exception) -> bool:
-    return "database or disk is full" in str(exc) or "SQLITE_FULL" in str(exc)
+    return any(message in str(exc) for message in FULL_MESSAGES)
 
 
 class Database:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import OrderedDict
 from typing import Any, Sequence
 
 import numpy as np
@@ -38,7 +39,7 @@ def packaged_model_path() -> str:
 class Embedder:
     """Loads the model in the background; embeds texts into unit-length float32 vectors."""
 
-    def __init__(self, model_path: str = "", dim: int = 384) -> None:
+    def __init__(self, model_path: str = "", dim: int = 384, cache_size: int = 4096) -> None:
         self.model_path = model_path
         self.model_name = os.path.basename(model_path.rstrip("/")) if model_path else PACKAGED_MODEL_NAME
         self.dim = dim
@@ -49,6 +50,9 @@ class Embedder:
         self._started = False
         self._start_lock = threading.Lock()
         self._encode_lock = threading.Lock()  # one encode at a time: 2 cores, no gain from more
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self.cache_size = cache_size
 
     @property
     def ready(self) -> bool:
@@ -92,14 +96,37 @@ class Embedder:
             raise EmbedderNotReady(f"the embedding model failed to load: {self.error}")
 
     def embed(self, texts: Sequence[str], timeout: float = 60.0) -> np.ndarray:
-        """Unit vectors, one row per text (shape (n, dim), float32)."""
+        """Unit vectors, one row per text (shape (n, dim), float32).
+
+        Recently embedded texts come from a small cache: a query repeated every turn (the last
+        action, a re-sent message, an edit back and forth) is not embedded twice.
+        """
         self.wait(timeout)
+        texts = list(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        with self._encode_lock:
-            vectors = self._model.encode(list(texts), batch_size=32, normalize_embeddings=True,
-                                         convert_to_numpy=True, show_progress_bar=False)
-        return np.asarray(vectors, dtype=np.float32)
+        found: dict[str, np.ndarray] = {}
+        with self._cache_lock:
+            for text in texts:
+                if text in self._cache:
+                    self._cache.move_to_end(text)
+                    found[text] = self._cache[text]
+        missing = list(dict.fromkeys(t for t in texts if t not in found))
+        if missing:
+            with self._encode_lock:
+                fresh = self._model.encode(missing, batch_size=32, normalize_embeddings=True,
+                                           convert_to_numpy=True, show_progress_bar=False)
+            for text, vector in zip(missing, fresh):
+                found[text] = np.asarray(vector, dtype=np.float32)
+                self._remember(text, found[text])
+        return np.stack([found[t] for t in texts])
+
+    def _remember(self, text: str, vector: np.ndarray) -> None:
+        with self._cache_lock:
+            self._cache[text] = vector
+            self._cache.move_to_end(text)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
 
     def embed_one(self, text: str, timeout: float = 60.0) -> np.ndarray:
         return self.embed([text], timeout)[0]

@@ -13,30 +13,39 @@ from datetime import timedelta
 from typing import Any, Iterable
 
 from . import chats, characters, index
-from .clock import parse_iso
+from .clock import to_iso
 from .db import Connection, dumps, loads
 from .errors import Conflict, Forbidden, NotFound, Unprocessable
 from .services import Services
-from .visibility import can_see
+from .visibility import known_by_sql
 
 KIND = "memory"
 PERSON = "user"  # the only actor allowed to touch pinned items (RV11)
 
 
 # --- reading ---------------------------------------------------------------------------------
-def to_dict(row: Any, svc: Services) -> dict[str, Any]:
+def recent_threshold(svc: Services) -> str:
+    """Updated at or after this ISO time means `recent` (RV7); ISO strings of ours sort as times."""
+    return to_iso(svc.clock.now() - timedelta(days=float(svc.settings.recent_days)))
+
+
+def to_dict(row: Any, svc: Services, threshold: str | None = None) -> dict[str, Any]:
     """A memory as the API shows it, with `recent` computed against the clock (RV7)."""
-    age = svc.clock.now() - parse_iso(row["updated_at"])
+    threshold = threshold or recent_threshold(svc)
     return {
         "id": row["id"], "text": row["text"], "scope": row["scope"],
         "character_id": row["character_id"], "pinned": bool(row["pinned"]),
         "archived": bool(row["archived"]), "actor": row["actor"], "chat_id": row["chat_id"],
         "turn_id": row["turn_id"], "known_by": loads(row["known_by"]),
-        "source_message_ids": loads(row["source_message_ids"]),
+        "source_message_ids": _ids(row["source_message_ids"]),
         "created_at": row["created_at"], "updated_at": row["updated_at"],
-        "recent": age <= timedelta(days=float(svc.settings.recent_days)),
+        "recent": row["updated_at"] >= threshold,
         "version": row["version"],
     }
+
+
+def _ids(text: str) -> list[str]:
+    return [] if text == "[]" else loads(text)
 
 
 def _fetch_row(conn: Connection, memory_id: str) -> Any:
@@ -68,7 +77,8 @@ def list_memories(svc: Services, *, scope: str | None = None, character_id: str 
     rows = svc.db.reader().execute(
         f"SELECT * FROM memories WHERE {' AND '.join(where)}"
         " ORDER BY pinned DESC, updated_at DESC, id", args)
-    return [to_dict(r, svc) for r in rows]
+    threshold = recent_threshold(svc)
+    return [to_dict(r, svc, threshold) for r in rows]
 
 
 # --- checks ----------------------------------------------------------------------------------
@@ -316,25 +326,32 @@ def for_turn(svc: Services, chat_id: str, speaker_id: str) -> dict[str, Any]:
         return {**empty, "reason": "memory_disabled"}
     if not characters.learning_enabled(conn, speaker_id):
         return {**empty, "reason": "learning_disabled"}
-    scopes = [("global", None)] + [("character", c) for c in
-                                   dict.fromkeys([speaker_id, *chat["member_ids"]])]
-    pinned: list[Any] = []
-    unpinned_by_scope: list[list[Any]] = []
-    for scope, character_id in scopes:
-        rows = [r for r in conn.execute(
-            "SELECT * FROM memories WHERE scope=? AND character_id IS ? AND archived=0"
-            " ORDER BY updated_at DESC, id DESC", (scope, character_id))
-            if can_see(speaker_id, loads(r["known_by"]))]
-        pinned += [r for r in rows if r["pinned"]]
-        unpinned_by_scope.append([r for r in rows if not r["pinned"]])
-    shares = spread_evenly([len(u) for u in unpinned_by_scope], int(svc.settings.per_turn_unpinned))
-    unpinned = [r for rows, n in zip(unpinned_by_scope, shares) for r in rows[:n]]
-    newest_first = lambda rs: sorted(rs, key=lambda r: (r["updated_at"], r["id"]), reverse=True)  # noqa: E731
-    chosen = newest_first(pinned) + newest_first(unpinned)
+    members = list(dict.fromkeys([speaker_id, *chat["member_ids"]]))
+    scopes: list[tuple[str, str | None]] = [("global", None)] + [("character", c) for c in members]
+    # The scopes involved (RV5) and what the speaker may know (SW9b), as one SQL condition.
+    knows, knows_args = known_by_sql(speaker_id, "memories.known_by")
+    where = (f"archived=0 AND (scope='global' OR (scope='character' AND character_id IN"
+             f" ({','.join('?' * len(members))}))) AND {knows}")
+    args = [*members, *knows_args]
+    pinned = conn.execute(f"SELECT * FROM memories WHERE pinned=1 AND {where}"
+                          " ORDER BY updated_at DESC, id DESC", args).fetchall()
+    counts = {(r[0], r[1]): r[2] for r in conn.execute(
+        f"SELECT scope, character_id, count(*) FROM memories WHERE pinned=0 AND {where}"
+        " GROUP BY scope, character_id", args)}
+    available = [counts.get(key, 0) for key in scopes]
+    shares = spread_evenly(available, int(svc.settings.per_turn_unpinned))
+    share_of = dict(zip(scopes, shares))
+    # Fetch only the newest `share` rows of each scope, not the whole store.
+    ranked = conn.execute(
+        f"SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY scope, character_id"
+        f" ORDER BY updated_at DESC, id DESC) AS rn FROM memories WHERE pinned=0 AND {where})"
+        " WHERE rn <= ? ORDER BY updated_at DESC, id DESC", [*args, max(shares, default=0)])
+    unpinned = [r for r in ranked if r["rn"] <= share_of[(r["scope"], r["character_id"])]]
+    threshold = recent_threshold(svc)
     return {
-        "memories": [to_dict(r, svc) for r in chosen],
+        "memories": [to_dict(r, svc, threshold) for r in pinned + unpinned],
         "pinned_count": len(pinned),
         "unpinned_count": len(unpinned),
-        "scopes": [{"scope": s, "character_id": c, "unpinned_available": len(u), "unpinned_taken": n}
-                   for (s, c), u, n in zip(scopes, unpinned_by_scope, shares)],
+        "scopes": [{"scope": s, "character_id": c, "unpinned_available": a, "unpinned_taken": n}
+                   for (s, c), a, n in zip(scopes, available, shares)],
     }

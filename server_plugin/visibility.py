@@ -14,3 +14,11 @@ def can_see(viewer_id: str | None, known_by: Iterable[str] | None) -> bool:
     if viewer_id is None or known_by is None:
         return True
     return viewer_id in known_by
+
+
+def known_by_sql(viewer_id: str | None, column: str) -> tuple[str, list[str]]:
+    """The same rule as `can_see`, as an SQL condition on a JSON `known_by` column, and its args."""
+    if viewer_id is None:
+        return "1", []
+    return (f"({column} IS NULL OR EXISTS (SELECT 1 FROM json_each({column}) WHERE value=?))",
+            [viewer_id])

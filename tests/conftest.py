@@ -40,7 +40,8 @@ def overrides() -> dict[str, Any]:
 
 @pytest.fixture
 def settings(tmp_path, overrides):
-    values = {"data_dir": str(tmp_path / "data"), "token": TOKEN, **overrides}
+    # NORMAL: same semantics as FULL, without an fsync per commit (the suite writes thousands).
+    values = {"data_dir": str(tmp_path / "data"), "token": TOKEN, "sqlite_synchronous": "NORMAL", **overrides}
     return load_settings(values, environ={})
 
 

@@ -1,0 +1,86 @@
+"""`chronicler serve` as a real process under waitress: health at once, one sidecar per data dir."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(data_dir, port: int, **env) -> subprocess.Popen:
+    full_env = {**os.environ, "CHRONICLER_TOKEN": "", **env}
+    return subprocess.Popen([sys.executable, "-m", "server_plugin.cli", "serve", "--port", str(port),
+                             "--data-dir", str(data_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=full_env)
+
+
+def first_health(port: int, proc: subprocess.Popen, limit: float = 60.0) -> dict:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        try:
+            return requests.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).json()
+        except requests.ConnectionError:
+            time.sleep(0.05)
+    raise AssertionError("the sidecar never answered /v1/health")
+
+
+@pytest.fixture
+def sidecar(tmp_path):
+    port = free_port()
+    proc = start(tmp_path, port)
+    yield proc, port, tmp_path
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_serve_answers_health_before_the_model_is_ready(sidecar):
+    """Health does not wait for the embedding model: it loads in the background."""
+    proc, port, data_dir = sidecar
+    first = first_health(port, proc)
+    assert first["ok"] is True and first["embedder"]["ready"] is False
+    token = (data_dir / "token").read_text().strip()
+    headers = {"Authorization": f"Bearer {token}"}
+    # A write waits for the model instead of storing an item without its vector.
+    created = requests.post(f"http://127.0.0.1:{port}/v1/memories", headers=headers, timeout=60,
+                            json={"text": "Call me Captain.", "scope": "global", "pinned": True, "actor": "user"})
+    assert created.status_code == 201
+    assert requests.get(f"http://127.0.0.1:{port}/v1/health", timeout=5).json()["embedder"]["ready"] is True
+    assert requests.get(f"http://127.0.0.1:{port}/v1/memories", headers=headers, timeout=5).json()["memories"][0][
+        "text"] == "Call me Captain."
+    assert requests.get(f"http://127.0.0.1:{port}/v1/memories", timeout=5).status_code == 401
+
+
+def test_serve_prints_the_url_and_the_token_location(sidecar):
+    proc, port, data_dir = sidecar
+    first_health(port, proc)
+    proc.terminate()
+    out, _ = proc.communicate(timeout=10)
+    assert f"http://127.0.0.1:{port}/v1" in out
+    assert str(data_dir / "token") in out
+
+
+def test_a_second_sidecar_on_the_same_data_dir_refuses_to_start(sidecar):
+    proc, port, data_dir = sidecar
+    first_health(port, proc)
+    second = start(data_dir, free_port())
+    out, err = second.communicate(timeout=30)
+    assert second.returncode == 3
+    assert "already using" in err and str(data_dir) in err
+
+
+def test_bad_setting_exits_with_a_clear_message(tmp_path):
+    proc = start(tmp_path, free_port(), CHRONICLER_LLM_MODE="magic")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and "llm_mode" in err
