@@ -191,7 +191,15 @@ DEFAULT_STYLES: Mapping[str, Style] = {
 
 @dataclass
 class Entry:
-    """One item in a section report: its id, why it went where it went, its tokens there."""
+    """One item in a section report: its id and why it went where it went.
+
+    `tokens`: the item's own text (without header, prefix or separator); for a truncated item,
+    what survived of it; for an item left out for lack of room (`no_room`, `pinned_over_cap`),
+    its size; 0 for anything else left out. `detail`: e.g. why a card ranked where it did.
+    Reasons: included `always_in_full`, `in_full`, `newest_first`, `triggered`, `always`, `fits`;
+    truncated `over_required_cap`, `over_context`; dropped `over_required_cap`, `after_cut`,
+    `pinned_over_cap`, `no_room`, `not_triggered`, `memory_bank_off`, `duplicate`, `empty`.
+    """
 
     id: str
     reason: str
@@ -535,7 +543,9 @@ class _Run:
         self.texts["pinned_memories"] = text
         return tokens
 
-    def prioritised(self, section: str, items: Sequence[Item], room: int, after_cut: bool) -> tuple[int, bool]:
+    def prioritised(
+        self, section: str, items: Sequence[Item], room: int, after_cut: bool
+    ) -> tuple[int, bool]:
         """One QS3 priority section: in full, cut at its end (the first that does not fit), or
         dropped after the cut. Returns (tokens used, whether the cut has happened)."""
         report = self.report(section)
@@ -606,7 +616,8 @@ class _Run:
             report.included.append(Entry(item.id, reason, self.counter.count(item.text), detail))
         self.entries("story_cards", "dropped", left, "no_room")
         self.entries("story_cards", "dropped", empty, "empty", counted=False)
-        self.entries("story_cards", "dropped", [Item(k.id, k.text) for k in idle], "not_triggered", counted=False)
+        idle_items = [Item(k.id, k.text) for k in idle]
+        self.entries("story_cards", "dropped", idle_items, "not_triggered", counted=False)
         report.used, self.texts["story_cards"] = tokens, text
         return tokens
 
@@ -633,7 +644,7 @@ class _Run:
             if m.id in kept_ids:
                 report.included.append(Entry(m.id, "fits", self.counter.count(m.text)))
             else:
-                report.dropped.append(Entry(m.id, "no_room"))
+                report.dropped.append(Entry(m.id, "no_room", self.counter.count(m.text)))
         report.used = tokens
         live = kept_ids | ({last.id} if last and last.id else set())
         return [m.id for m in messages if m.id in live]
