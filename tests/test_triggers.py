@@ -1,0 +1,152 @@
+"""Trigger matching, the scan window and presence (rules QS5, QS6, SW1) — server_plugin/triggers.py."""
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from server_plugin.assemble import LastAction, Message, scan_texts
+from server_plugin.triggers import (
+    CastMember,
+    ScanWindow,
+    normalize,
+    present_characters,
+    scan_window_size,
+)
+
+
+def fires(trigger: str, text: str) -> bool:
+    return ScanWindow([text]).first_hit(trigger) == 0
+
+
+# --- QS6: scan window size ---------------------------------------------------------------------
+
+def test_qs6_scan_window_400_500_501_900():
+    """rule QS6: at least 4 actions; above 500 card tokens, floor(available / 100)."""
+    assert scan_window_size(400) == 4
+    assert scan_window_size(500) == 4
+    assert scan_window_size(501) == 5
+    assert scan_window_size(599) == 5
+    assert scan_window_size(900) == 9
+    assert scan_window_size(0) == 4
+    assert scan_window_size(1234) == 12
+
+
+def test_qs6_scan_window_size_follows_its_settings():
+    """rule QS6: the numbers are settings (card_scan_*), not constants."""
+    assert scan_window_size(900, min_actions=2, tokens_per_action=300, threshold_tokens=100) == 3
+    assert scan_window_size(90, min_actions=2, tokens_per_action=300, threshold_tokens=100) == 2
+
+
+def test_qs6_scan_texts_newest_first_from_the_last_action():
+    """rule QS6: the window is the latest actions, the last action first."""
+    msgs = [Message(f"m{i}", f"text {i}") for i in range(1, 8)]
+    assert scan_texts(msgs, LastAction("text 7"), 4) == ["text 7", "text 6", "text 5", "text 4"]
+    assert scan_texts(msgs, LastAction("text 7"), 50) == [f"text {i}" for i in range(7, 0, -1)]
+    # A Continue scans from the model's last output (QS2).
+    msgs.append(Message("a8", "the model said", role="assistant"))
+    msgs.append(Message("s9", "a system line", role="system"))
+    assert scan_texts(msgs, LastAction("", kind="continue"), 2) == ["the model said", "a system line"]
+
+
+# --- QS5/SW7: whole-word, case-insensitive trigger matching -----------------------------------
+
+def test_qs5_trigger_whole_word_only():
+    """rule QS5 (triggers: whole words): "cat" does not fire inside other words."""
+    assert fires("cat", "The cat sleeps.")
+    assert not fires("cat", "We concatenate strings.")
+    assert not fires("cat", "Two cats and a catalogue.")
+    assert not fires("cat", "cat5 cable")
+    assert not fires("cat", "bob_cat")
+
+
+def test_qs5_trigger_case_insensitive():
+    """rule QS5: triggers match whatever the case, on both sides."""
+    assert fires("Dragon", "a DRAGON flies")
+    assert fires("DRAGON", "a dragon flies")
+    assert fires("élan", "ÉLAN vital")
+    assert fires("strasse", "die Straße")  # casefold, not lower
+
+
+def test_qs5_trigger_phrases_any_spacing():
+    """rule QS5: a phrase fires as a whole, across spaces and line breaks, never in part."""
+    assert fires("dark lord", "The Dark\n  Lord rises")
+    assert fires("  dark   lord ", "the dark lord")
+    assert not fires("dark lord", "the dark lords")
+    assert not fires("dark lord", "the dark, lord")
+    assert not fires("dark lord", "a dark room, a lord")
+
+
+def test_qs5_trigger_punctuation_around_and_inside():
+    """rule QS5: punctuation ends a word; triggers may themselves hold punctuation."""
+    assert fires("cat", "(cat)")
+    assert fires("cat", "cat!")
+    assert fires("cat", "the cat's tail")
+    assert fires("cat", "cat-like grace")
+    assert fires("C++", "I code in C++.")
+    assert not fires("C++", "ABC++ is a company")
+    assert fires("Mr. Smith", "hello, mr. smith!")
+    assert not fires("", "anything")
+    assert not fires("   ", "anything")
+
+
+def test_qs5_trigger_reports_the_newest_text():
+    """rule QS5: recency: the index of the newest window text holding the trigger."""
+    window = ScanWindow(["nothing here", "a cat", "the cat again"])
+    assert window.first_hit("cat") == 1
+    assert window.hits(["cat", "dog", "nothing"]) == {"cat": 1, "nothing": 0}
+
+
+# --- SW1: presence ------------------------------------------------------------------------------
+
+CAST = [
+    CastMember("yuki", "Yuki Tanaka", ("Yuki", "the Ice Queen")),
+    CastMember("bob", "Bob"),
+    CastMember("ann", "Ann"),
+    CastMember("kai", "Kai"),
+]
+
+
+def test_sw1_present_speaker_members_client_and_mentions():
+    """rule SW1: the speaker, members, client present_ids and name/alias mentions are present."""
+    texts = ["The ice queen glares at everyone.", "Nothing about the others"]
+    present = present_characters(CAST, texts, speaker_id="bob", member_ids=["player"],
+                                 present_ids=["kai"])
+    assert present == {"bob": "speaker", "player": "member", "kai": "present_ids",
+                       "yuki": "mentioned"}
+
+
+def test_sw1_absent_characters_stay_out():
+    """rule SW1: a cast member neither named nor listed is not present (whole words only)."""
+    texts = ["Anne and Bobby walk in", "kaiser rolls"]
+    assert present_characters(CAST, texts) == {}
+    assert present_characters(CAST, ["ANN waves"]) == {"ann": "mentioned"}
+
+
+def test_sw1_presence_only_looks_at_the_given_window():
+    """rule SW1: a name outside the scan window texts does not make a character present."""
+    msgs = [Message("m1", "Bob was here long ago")] + [
+        Message(f"m{i}", f"quiet line {i}") for i in range(2, 7)]
+    texts = scan_texts(msgs, LastAction("quiet line 6"), 4)
+    assert present_characters(CAST, texts) == {}
+    texts = scan_texts(msgs, LastAction("quiet line 6"), 6)
+    assert present_characters(CAST, texts) == {"bob": "mentioned"}
+
+
+# --- the fast word index agrees with the plain whole-word rule -------------------------------------
+
+PIECES = st.sampled_from(["cat", "Cat", "cats", "dark", "lord", "C++", "_", "ß", "ss", "é", "e\u0301",
+                          "雪", "'s", " ", "  ", "\n", ".", "-", "5", "the"])
+TEXTS = st.lists(PIECES, max_size=12).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(trigger=TEXTS, texts=st.lists(TEXTS, max_size=5))
+def test_qs5_word_index_matches_the_whole_word_rule(trigger, texts):
+    """rule QS5: the one-word shortcut gives the same answer as the regex rule, for any text."""
+    needle = normalize(trigger)
+    expected = None
+    if needle:
+        pattern = re.compile(r"(?<!\w)" + re.escape(needle) + r"(?!\w)")
+        expected = next((i for i, t in enumerate(texts) if pattern.search(normalize(t))), None)
+    assert ScanWindow(texts).first_hit(trigger) == expected
