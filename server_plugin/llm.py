@@ -36,6 +36,7 @@ RETRIES = 3  # llm_retries: attempts after the first
 BACKOFF_BASE = 1.0  # llm_backoff_base (s): first wait, doubled each retry
 BACKOFF_MAX = 30.0  # llm_backoff_max (s)
 RETRY_AFTER_MAX = 120.0  # llm_retry_after_max (s): a longer Retry-After is left to the job queue
+RETRYABLE_4XX = (408, 425)  # request timeout, too early: transient, unlike the other 4xx
 
 
 class LLMError(Exception):
@@ -177,7 +178,7 @@ class OpenAICompatible:
     """A client for any OpenAI-compatible chat-completions server, with retries and backoff.
 
     Retries (at most `retries` times after the first attempt) on connection errors, timeouts,
-    429 and 5xx, waiting `min(backoff_max, backoff_base * 2**n)` scaled by a random factor in
+    408, 425, 429 and 5xx, waiting `min(backoff_max, backoff_base * 2**n)` scaled by a random factor in
     [0.5, 1] (jitter spreads out clients that failed together), or exactly what a Retry-After
     header asks when it asks at most `retry_after_max` seconds. Other 4xx are not retried.
     The API key is sent only as a Bearer header and never appears in logs or error messages.
@@ -278,20 +279,25 @@ class OpenAICompatible:
             raise LLMUnavailable(f"The request to {self.safe_url} failed: {type(e).__name__}") from None
         return self._read(response)
 
+    def _said(self, response: requests.Response) -> str:
+        """The server's error text with our key blanked out (some servers echo what they got)."""
+        text = _server_message(response)
+        return text.replace(self._key, "[key]") if self._key else text
+
     def _read(self, response: requests.Response) -> Completion:
         status = response.status_code
         if status == 429:
             wait = _retry_after(response)
             hint = f"; it asks to wait {wait:.0f} s" if wait is not None else ""
             raise LLMRateLimited(f"The model server at {self.safe_url} is rate limiting us (429){hint}: "
-                                 f"{_server_message(response)}", wait)
-        if status >= 500:
+                                 f"{self._said(response)}", wait)
+        if status >= 500 or status in RETRYABLE_4XX:
             raise LLMUnavailable(f"The model server at {self.safe_url} failed with HTTP {status}: "
-                                 f"{_server_message(response)}")
+                                 f"{self._said(response)}")
         if status >= 400:
             hint = _REJECTED_HINTS.get(status, "the server did not accept the request")
             raise LLMRejected(f"HTTP {status} from {self.safe_url}: {hint}. Server said: "
-                              f"{_server_message(response)}", status)
+                              f"{self._said(response)}", status)
         if status != 200:
             raise LLMBadResponse(f"Unexpected HTTP {status} from {self.safe_url}.")
         return _completion_from(response, self.safe_url)
@@ -305,7 +311,7 @@ class OpenAICompatible:
             raise LLMUnavailable(f"Could not reach {redact(url)}.") from None
         if response.status_code != 200:
             raise LLMRejected(f"HTTP {response.status_code} from {redact(url)}: "
-                              f"{_server_message(response)}", response.status_code)
+                              f"{self._said(response)}", response.status_code)
         try:
             return [str(m["id"]) for m in response.json().get("data", [])]
         except (ValueError, AttributeError, KeyError, TypeError):
@@ -330,6 +336,24 @@ def _completion_from(response: requests.Response, where: str) -> Completion:
     if not isinstance(content, str) or not content.strip():
         raise LLMBadResponse(f"{where} answered with an empty completion.")
     return Completion(content, choice.get("finish_reason"), body.get("model"), body.get("usage"))
+
+
+MODES = ("extractive", "openai", "client")
+
+
+def make_backend(mode: str, *, url: str = "", model: str = "", key: str | None = None,
+                 **options: Any) -> Backend | None:
+    """The backend for a mode: an OpenAICompatible for `openai`, None for `extractive` (run_prompt
+    then builds results without a model). `client` has no server-side backend: the job queue
+    hands the prompt to the extension instead, so asking for one is an error."""
+    if mode == "openai":
+        return OpenAICompatible(url, model, key, **options)
+    if mode == "extractive":
+        return None
+    if mode == "client":
+        raise LLMConfigError("In client mode the SillyTavern extension runs the jobs; the sidecar "
+                             "calls no model itself")
+    raise LLMConfigError(f"Unknown LLM mode {mode!r} (setting llm_mode): use one of {', '.join(MODES)}")
 
 
 def run_prompt(prompt: prompts.Prompt, backend: Backend | None, *, json_mode: str = "off",

@@ -46,7 +46,6 @@ SESSION_SHORT_TOKENS = 150
 SUMMARY_MAX_QUOTES = 4
 CHARACTER_MEMORIES_PER_CHARACTER = 3
 SCENES_MAX = 6
-MERGE_FAN_IN = 4  # RV3: 4 recent -> 1 consolidated, 4 consolidated -> 1 long-term
 
 KINDS = ("name", "birthday", "allergy", "promise", "preference", "fact")
 
@@ -150,6 +149,10 @@ class SessionSummary:
     covers: tuple[str, ...]  # message ids and/or summary ids read
     dropped_quotes: tuple[DroppedQuote, ...] = ()
 
+    def render(self) -> str:
+        """The full summary as a context shows it: the text, then its memorable lines verbatim."""
+        return "\n".join([self.full] + [f"{q.speaker}: \u201c{q.text}\u201d" for q in self.quotes])
+
 
 @dataclass(frozen=True)
 class MemoryDraft:
@@ -251,6 +254,13 @@ class Prompt:
         return {"task": self.task, "version": self.version, "system": self.system,
                 "user": self.user, "max_tokens": self.max_tokens,
                 "json_schema": self.json_schema, "inputs": self.inputs}
+
+    def for_client(self) -> dict[str, Any]:
+        """The arguments of SillyTavern's `generateRaw` for client mode: no chat, card or World
+        Info, just our prompt. (`jsonSchema` follows ST's {name, strict, value} shape; the extension
+        may leave it out for backends without structured output.)"""
+        return {"systemPrompt": self.system, "prompt": self.user, "responseLength": self.max_tokens,
+                "jsonSchema": {"name": self.task, "strict": False, "value": self.json_schema}}
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> "Prompt":
@@ -387,10 +397,9 @@ def chunk_summary(messages: Sequence[ChatMessage], *, previous: str = "",
     if previous.strip():
         user += f"The story so far ended with (context only, do not repeat):\n{previous.strip()}\n\n"
     user += "Summarise these messages:\n" + _render_messages(messages)
-    return Prompt("chunk_summary", system, user, _out_tokens(budget_tokens, max_quotes),
+    return _prompt("chunk_summary", system, user, _out_tokens(budget_tokens, max_quotes),
                   {"messages": _dump(messages), "previous": previous,
-                   "budget_tokens": budget_tokens, "max_quotes": max_quotes},
-                  SCHEMAS["chunk_summary"])
+                   "budget_tokens": budget_tokens, "max_quotes": max_quotes})
 
 
 def merge_summaries(children: Sequence[SummaryInput], *, tier: str = "consolidated",
@@ -425,9 +434,9 @@ def merge_summaries(children: Sequence[SummaryInput], *, tier: str = "consolidat
         f"{_ANSWER_RULE}\n" + _json_block({"summary": "…", "keep_quotes": ["q2"]})
     )
     user = "Merge these summaries:\n<summaries>\n" + "\n\n".join(blocks) + "\n</summaries>"
-    return Prompt("merge_summaries", system, user, _out_tokens(budget_tokens, 0),
+    return _prompt("merge_summaries", system, user, _out_tokens(budget_tokens, 0),
                   {"children": _dump(children), "tier": tier, "budget_tokens": budget_tokens,
-                   "max_quotes": max_quotes}, SCHEMAS["merge_summaries"])
+                   "max_quotes": max_quotes})
 
 
 def session_summary(messages: Sequence[ChatMessage], *, earlier: Sequence[SummaryInput] = (),
@@ -468,13 +477,12 @@ def session_summary(messages: Sequence[ChatMessage], *, earlier: Sequence[Summar
             f"[s{i + 1}] {s.text.strip()}" for i, s in enumerate(earlier)) + "\n</summaries>\n\n"
     if messages:
         user += "Messages of the session:\n" + _render_messages(messages)
-    return Prompt("session_summary", system, user,
+    return _prompt("session_summary", system, user,
                   _out_tokens(full_tokens + short_tokens, max_quotes) + 40 * max_threads,
                   {"messages": _dump(messages), "earlier": _dump(earlier),
                    "open_notes": _dump(open_notes), "session": session,
                    "full_tokens": full_tokens, "short_tokens": short_tokens,
-                   "max_quotes": max_quotes, "max_threads": max_threads},
-                  SCHEMAS["session_summary"])
+                   "max_quotes": max_quotes, "max_threads": max_threads})
 
 
 _DURABLE_LINE = (
@@ -515,10 +523,9 @@ def durable_memories(messages: Sequence[ChatMessage], characters: Sequence[Chara
     if existing:
         user += "Already saved:\n" + "\n".join(f"- {t}" for t in existing) + "\n\n"
     user += "Messages:\n" + _render_messages(messages)
-    return Prompt("durable_memories", system, user, 60 + max_items * (max_chars // 3 + 40),
+    return _prompt("durable_memories", system, user, 60 + max_items * (max_chars // 3 + 40),
                   {"messages": _dump(messages), "characters": _dump(characters),
-                   "existing": list(existing), "max_items": max_items, "max_chars": max_chars},
-                  SCHEMAS["durable_memories"])
+                   "existing": list(existing), "max_items": max_items, "max_chars": max_chars})
 
 
 def character_memories(messages: Sequence[ChatMessage], characters: Sequence[CharacterRef], *,
@@ -555,12 +562,11 @@ def character_memories(messages: Sequence[ChatMessage], characters: Sequence[Cha
                                      "messages": ["m2", "m3"]}]})
     )
     user = _render_characters(characters) + "\n\nMessages:\n" + _render_messages(messages)
-    return Prompt("character_memories", system, user,
+    return _prompt("character_memories", system, user,
                   100 + len(targets) * per_character * (160 + 50 * max_quotes),
                   {"messages": _dump(messages), "characters": _dump(characters),
                    "for_ids": [c.id for c in targets], "session": session,
-                   "per_character": per_character, "max_quotes": max_quotes},
-                  SCHEMAS["character_memories"])
+                   "per_character": per_character, "max_quotes": max_quotes})
 
 
 def scene_summaries(messages: Sequence[ChatMessage], characters: Sequence[CharacterRef], *,
@@ -584,10 +590,9 @@ def scene_summaries(messages: Sequence[ChatMessage], characters: Sequence[Charac
                                    "participants": ["c1"], "messages": ["m1", "m2", "m3"]}]})
     )
     user = _render_characters(characters) + "\n\nMessages:\n" + _render_messages(messages)
-    return Prompt("scene_summaries", system, user, 100 + max_scenes * (250 + 50 * max_quotes),
+    return _prompt("scene_summaries", system, user, 100 + max_scenes * (250 + 50 * max_quotes),
                   {"messages": _dump(messages), "characters": _dump(characters),
-                   "session": session, "max_scenes": max_scenes, "max_quotes": max_quotes},
-                  SCHEMAS["scene_summaries"])
+                   "session": session, "max_scenes": max_scenes, "max_quotes": max_quotes})
 
 
 def told_events(messages: Sequence[ChatMessage], characters: Sequence[CharacterRef],
@@ -614,10 +619,9 @@ def told_events(messages: Sequence[ChatMessage], characters: Sequence[CharacterR
         secret_lines.append(f"[k{i + 1}] {s.text.strip()} (known by: {who})")
     user = (_render_characters(characters) + "\n\nSecrets:\n<secrets>\n" + "\n".join(secret_lines)
             + "\n</secrets>\n\nMessages:\n" + _render_messages(messages))
-    return Prompt("told_events", system, user, 60 + max_events * 120,
+    return _prompt("told_events", system, user, 60 + max_events * 120,
                   {"messages": _dump(messages), "characters": _dump(characters),
-                   "secrets": _dump(secrets), "max_events": max_events},
-                  SCHEMAS["told_events"])
+                   "secrets": _dump(secrets), "max_events": max_events})
 
 
 def memories_from_description(description: str, character: CharacterRef | None, *,
@@ -646,10 +650,9 @@ def memories_from_description(description: str, character: CharacterRef | None, 
         + f"\n\"kind\" is one of: {', '.join(KINDS)}."
     )
     user = f"What should {who} remember?\n<description>\n{text}\n</description>"
-    return Prompt("memories_from_description", system, user, 60 + max_items * (max_chars // 3 + 20),
+    return _prompt("memories_from_description", system, user, 60 + max_items * (max_chars // 3 + 20),
                   {"description": text, "character": asdict(character) if character else None,
-                   "max_items": max_items, "max_chars": max_chars},
-                  SCHEMAS["memories_from_description"])
+                   "max_items": max_items, "max_chars": max_chars})
 
 
 def save_from_conversation(messages: Sequence[ChatMessage], character: CharacterRef | None, *,
@@ -676,10 +679,15 @@ def save_from_conversation(messages: Sequence[ChatMessage], character: Character
         + f"\n\"kind\" is one of: {', '.join(KINDS)}."
     )
     user = "Messages:\n" + _render_messages(messages)
-    return Prompt("save_from_conversation", system, user, 60 + max_drafts * (max_chars // 3 + 30),
+    return _prompt("save_from_conversation", system, user, 60 + max_drafts * (max_chars // 3 + 30),
                   {"messages": _dump(messages), "character": asdict(character) if character else None,
-                   "max_drafts": max_drafts, "max_chars": max_chars},
-                  SCHEMAS["save_from_conversation"])
+                   "max_drafts": max_drafts, "max_chars": max_chars})
+
+
+def _prompt(task: str, system: str, user: str, max_tokens: int, inputs: dict[str, Any]) -> Prompt:
+    """A Prompt whose inputs are already in their JSON form (tuples as lists), so a prompt equals
+    itself after the round trip through a job row or the extension."""
+    return Prompt(task, system, user, max_tokens, json.loads(json.dumps(inputs)), SCHEMAS[task])
 
 
 def _out_tokens(budget_tokens: int, max_quotes: int) -> int:
@@ -734,8 +742,10 @@ def extract_json(answer: str) -> dict[str, Any]:
             raise ValueError(f"the code block is marked {lang!r}, not JSON")
         return _loads_object(body.strip(), "the code block")
     first, last = text.find("{"), text.rfind("}")
-    if first < 0 or last < first:
+    if first < 0:
         raise ValueError("no JSON object found in the answer")
+    if last < first:
+        raise ValueError("the JSON object in the answer is not closed (cut off?)")
     return _loads_object(text[first:last + 1], "the JSON object in the answer")
 
 

@@ -229,6 +229,22 @@ def test_llm_key_never_appears_in_errors_logs_or_repr(fake, caplog):
     assert KEY not in repr(backend)
 
 
+def test_llm_key_echoed_by_the_server_is_blanked(canned_status):
+    """issue 3: a server that echoes the key in its error text does not leak it into our message."""
+    url = canned_status(401, json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}"}}).encode())
+    backend = OpenAICompatible(url, "m", KEY, sleep=Sleeps())
+    with pytest.raises(LLMRejected) as info:
+        backend.complete(MESSAGES, max_tokens=5)
+    assert KEY not in str(info.value) and "[key]" in str(info.value)
+
+
+def test_llm_408_is_retried(fake):
+    fake.fail_next(1, 408)
+    fake.script(["ok"])
+    backend, sleeps = client(fake)
+    assert backend.complete(MESSAGES, max_tokens=5) == "ok" and len(sleeps) == 1
+
+
 def test_llm_url_credentials_are_redacted():
     """issue 3: user:password or ?key= in a configured URL never reach messages."""
     backend = OpenAICompatible("http://user:pw@127.0.0.1:9/v1?key=abc", "m", retries=0,
@@ -245,10 +261,11 @@ class _Canned(BaseHTTPRequestHandler):
 
     body = b""
     content_type = "application/json"
+    status = 200
 
     def do_POST(self):  # noqa: N802
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.send_response(200)
+        self.send_response(self.status)
         self.send_header("Content-Type", self.content_type)
         self.send_header("Content-Length", str(len(self.body)))
         self.end_headers()
@@ -259,11 +276,11 @@ class _Canned(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def canned():
+def canned_status():
     servers = []
 
-    def start(body: bytes, content_type: str = "application/json") -> str:
-        handler = type("H", (_Canned,), {"body": body, "content_type": content_type})
+    def start(status: int, body: bytes, content_type: str = "application/json") -> str:
+        handler = type("H", (_Canned,), {"body": body, "content_type": content_type, "status": status})
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
@@ -273,6 +290,11 @@ def canned():
     for s in servers:
         s.shutdown()
         s.server_close()
+
+
+@pytest.fixture
+def canned(canned_status):
+    return lambda body, content_type="application/json": canned_status(200, body, content_type)
 
 
 def test_llm_html_answer_is_a_bad_response(canned):
@@ -359,5 +381,12 @@ def test_llm_run_prompt_json_mode(fake):
     assert fmt["json_schema"]["schema"] == prompts.SCHEMAS["chunk_summary"]
 
 
-def test_llm_module_exports_backend_protocol():
-    assert isinstance(llm.OpenAICompatible.name, str)
+def test_llm_make_backend_per_mode(fake):
+    """issue 3: the three LLM modes — openai gets a client, extractive none, client none server-side."""
+    backend = llm.make_backend("openai", url=fake.url, model="m", sleep=Sleeps())
+    assert isinstance(backend, OpenAICompatible)
+    assert llm.make_backend("extractive") is None
+    with pytest.raises(LLMConfigError, match="extension"):
+        llm.make_backend("client")
+    with pytest.raises(LLMConfigError, match="llm_mode"):
+        llm.make_backend("gpt")
