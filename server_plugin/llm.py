@@ -50,17 +50,18 @@ class LLMConfigError(LLMError):
 
 
 class LLMUnavailable(LLMError):
-    """The server could not be reached, timed out, was overloaded or failed (after retries)."""
+    """The server could not be reached, timed out, was overloaded or failed (after retries).
+    `retry_after`: seconds the server asked us to wait (Retry-After), if it said."""
 
     retryable = True
 
-
-class LLMRateLimited(LLMUnavailable):
-    """The server said 429 and asked to wait longer than we wait inline (`retry_after` seconds)."""
-
-    def __init__(self, message: str, retry_after: float | None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class LLMRateLimited(LLMUnavailable):
+    """The server said 429 (too many requests); `retry_after` as for LLMUnavailable."""
 
 
 class LLMRejected(LLMError):
@@ -180,7 +181,7 @@ class OpenAICompatible:
     Retries (at most `retries` times after the first attempt) on connection errors, timeouts,
     408, 425, 429 and 5xx, waiting `min(backoff_max, backoff_base * 2**n)` scaled by a random factor in
     [0.5, 1] (jitter spreads out clients that failed together), or exactly what a Retry-After
-    header asks when it asks at most `retry_after_max` seconds. Other 4xx are not retried.
+    header (on 429 or 5xx) asks when it asks at most `retry_after_max` seconds. Other 4xx are not retried.
     The API key is sent only as a Bearer header and never appears in logs or error messages.
     """
 
@@ -256,7 +257,7 @@ class OpenAICompatible:
 
     def _wait_for(self, error: LLMUnavailable, attempt: int) -> float | None:
         """How long to wait before the next attempt, or None to stop retrying now."""
-        if isinstance(error, LLMRateLimited) and error.retry_after is not None:
+        if error.retry_after is not None:
             if error.retry_after > self.retry_after_max:
                 return None  # the queue reschedules the job; a worker should not sleep minutes
             return error.retry_after
@@ -292,8 +293,9 @@ class OpenAICompatible:
             raise LLMRateLimited(f"The model server at {self.safe_url} is rate limiting us (429){hint}: "
                                  f"{self._said(response)}", wait)
         if status >= 500 or status in RETRYABLE_4XX:
+            # A 503 with Retry-After is common while a local server loads its model.
             raise LLMUnavailable(f"The model server at {self.safe_url} failed with HTTP {status}: "
-                                 f"{self._said(response)}")
+                                 f"{self._said(response)}", _retry_after(response))
         if status >= 400:
             hint = _REJECTED_HINTS.get(status, "the server did not accept the request")
             raise LLMRejected(f"HTTP {status} from {self.safe_url}: {hint}. Server said: "

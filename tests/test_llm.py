@@ -3,10 +3,12 @@ modes, retries with backoff, timeouts; rule RV13: replies never wait, so failure
 
 from __future__ import annotations
 
+import email.utils
 import json
 import logging
 import socket
 import threading
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -168,6 +170,25 @@ def test_llm_429_with_a_long_retry_after_is_left_to_the_queue(fake):
     assert info.value.retry_after == 600
     assert info.value.retryable
     assert sleeps == [] and len(fake.completions()) == 1
+
+
+def test_llm_retry_after_as_an_http_date(fake):
+    """issue 3: Retry-After may be an HTTP date; it is turned into the seconds left until then."""
+    when = email.utils.format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), usegmt=True)
+    fake.fail_next(1, 429, retry_after=when)
+    fake.script(["ok"])
+    backend, sleeps = client(fake)
+    assert backend.complete(MESSAGES, max_tokens=5) == "ok"
+    assert len(sleeps) == 1 and 20 < sleeps[0] <= 30
+
+
+def test_llm_503_with_retry_after_waits_as_asked(fake):
+    """issue 3: a server loading its model answers 503 with Retry-After; we wait that long."""
+    fake.fail_next(1, 503, retry_after=3)
+    fake.script(["loaded"])
+    backend, sleeps = client(fake, backoff_base=0.1)
+    assert backend.complete(MESSAGES, max_tokens=5) == "loaded"
+    assert sleeps == [3.0]
 
 
 def test_llm_429_without_retry_after_uses_backoff(fake):
