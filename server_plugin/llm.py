@@ -358,6 +358,18 @@ def make_backend(mode: str, *, url: str = "", model: str = "", key: str | None =
     raise LLMConfigError(f"Unknown LLM mode {mode!r} (setting llm_mode): use one of {', '.join(MODES)}")
 
 
+def backend_from_settings(settings: Any, **options: Any) -> Backend | None:
+    """The backend `settings.llm_mode` asks for, with the llm_* timeouts and retry settings."""
+    if settings.llm_mode != "openai":
+        return make_backend(settings.llm_mode) if settings.llm_mode != "client" else None
+    return make_backend(
+        "openai", url=settings.llm_url, model=settings.llm_model, key=settings.llm_key or None,
+        timeout=(settings.llm_connect_timeout, settings.llm_read_timeout),
+        retries=settings.llm_retries, backoff_base=settings.llm_backoff_base,
+        backoff_max=settings.llm_backoff_max, retry_after_max=settings.llm_retry_after_max,
+        **options)
+
+
 def run_prompt(prompt: prompts.Prompt, backend: Backend | None, *, json_mode: str = "off",
                temperature: float = 0.0) -> Any:
     """Run one task: through `backend` then the strict parser, or extractively when `backend` is None.

@@ -411,3 +411,46 @@ def test_llm_make_backend_per_mode(fake):
         llm.make_backend("client")
     with pytest.raises(LLMConfigError, match="llm_mode"):
         llm.make_backend("gpt")
+
+
+def test_llm_settings_defaults_match_the_modules():
+    """Every limit is a named setting: the table's defaults are the modules' constants."""
+    from server_plugin import extractive as X
+    from server_plugin.settings import TABLE
+    expected = {
+        "llm_connect_timeout": llm.CONNECT_TIMEOUT, "llm_read_timeout": llm.READ_TIMEOUT,
+        "llm_retries": llm.RETRIES, "llm_backoff_base": llm.BACKOFF_BASE,
+        "llm_backoff_max": llm.BACKOFF_MAX, "llm_retry_after_max": llm.RETRY_AFTER_MAX,
+        "summary_recent_tokens": prompts.SUMMARY_RECENT_TOKENS,
+        "summary_consolidated_tokens": prompts.SUMMARY_CONSOLIDATED_TOKENS,
+        "summary_long_term_tokens": prompts.SUMMARY_LONG_TERM_TOKENS,
+        "summary_max_quotes": prompts.SUMMARY_MAX_QUOTES,
+        "session_full_tokens": prompts.SESSION_FULL_TOKENS,
+        "session_short_tokens": prompts.SESSION_SHORT_TOKENS,
+        "deep_memory_max_items": prompts.DEEP_MEMORY_MAX_ITEMS,
+        "character_memories_per_character": prompts.CHARACTER_MEMORIES_PER_CHARACTER,
+        "character_memory_tokens": X.CHARACTER_MEMORY_TOKENS, "scenes_max": prompts.SCENES_MAX,
+        "scene_summary_tokens": X.SCENE_TOKENS, "scene_gap_minutes": X.SCENE_GAP_MINUTES,
+        "scene_max_messages": X.SCENE_MAX_MESSAGES,
+        "description_max_chars": prompts.DESCRIPTION_MAX_CHARS,
+        "save_from_conversation_max_messages": prompts.SAVE_FROM_CONVERSATION_MAX_MESSAGES,
+        "save_from_conversation_max_drafts": prompts.SAVE_FROM_CONVERSATION_MAX_DRAFTS,
+        "memory_max_chars": prompts.MEMORY_MAX_CHARS,
+    }
+    assert {name: TABLE[name].default for name in expected} == expected
+
+
+def test_llm_backend_from_settings(fake, tmp_path):
+    """issue 3: the mode and the llm_* settings build the backend; extractive and client need none."""
+    from server_plugin.settings import SettingsError, load_settings
+    base = {"data_dir": str(tmp_path)}
+    assert llm.backend_from_settings(load_settings(base, environ={})) is None
+    assert llm.backend_from_settings(load_settings({**base, "llm_mode": "client"}, environ={})) is None
+    s = load_settings({**base, "llm_mode": "openai", "llm_url": fake.url, "llm_model": "m",
+                       "llm_key": KEY, "llm_read_timeout": 7, "llm_retries": 1}, environ={})
+    backend = llm.backend_from_settings(s, sleep=Sleeps())
+    assert backend.timeout == (10.0, 7.0) and backend.retries == 1
+    fake.script(["via settings"])
+    assert backend.complete(MESSAGES, max_tokens=5) == "via settings"
+    with pytest.raises(SettingsError, match="llm_json_mode"):
+        load_settings({**base, "llm_json_mode": "yaml"}, environ={})
