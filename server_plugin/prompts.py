@@ -731,8 +731,14 @@ def extract_json(answer: str) -> dict[str, Any]:
     text = answer.strip().lstrip("\ufeff")
     if not text:
         raise ValueError("the answer is empty")
-    if text.startswith("{"):
-        return _loads_object(text, "the answer")
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        pass
+    else:
+        if not isinstance(whole, dict):
+            raise ValueError("the answer is JSON but not an object")
+        return whole
     fences = _FENCE.findall(text)
     if len(fences) > 1:
         raise ValueError(f"the answer holds {len(fences)} code blocks; expected one JSON object")

@@ -48,18 +48,20 @@ def test_parse_accepts_bare_fenced_and_prose_wrapped_json():
     assert extract_json("```json\n" + json.dumps(obj) + "\n```") == obj
     assert extract_json("Here you go:\n```\n" + json.dumps(obj) + "\n```\nHope it helps.") == obj
     assert extract_json("Sure! " + json.dumps(obj) + " Done.") == obj
+    assert extract_json(json.dumps(obj) + "\nI kept it short.") == obj
 
 
 @pytest.mark.parametrize("bad, reason", [
     ("", "empty"),
     ("Sorry, I cannot help with that.", "no JSON object"),
     (GARBAGE, "not closed"),
-    ('["a list"]', "no JSON object"),
+    ('["a list"]', "not an object"),
     ('{"a": 1} and also {"b": 2}', "not valid JSON"),
+    ('Note {this}: {"a": 1}', "not valid JSON"),
     ("```json\n{}\n```\n```json\n{}\n```", "2 code blocks"),
     ("```python\n{}\n```", "not JSON"),
     ("```json\n{'single': 'quotes'}\n```", "not valid JSON"),
-    ('{"summary": "cut off', "not valid JSON"),
+    ('{"summary": "cut off', "not closed"),
 ])
 def test_parse_rejects_ambiguous_or_broken_json(bad, reason):
     """issue 3: anything that is not exactly one JSON object is rejected with a reason."""
