@@ -66,6 +66,34 @@ MODELS = [
     _s("llm_model", str, "", "Model name sent to that endpoint."),
     _s("llm_key", str, "", "API key for that endpoint (sent as a bearer token; never logged)."),
 ]
+LLM_WORK = [
+    # How the sidecar talks to a model (llm.py) and how big what the jobs write may be
+    # (prompts.py, extractive.py). Defaults equal the constants in those modules.
+    _s("llm_connect_timeout", float, 10.0, "Seconds to wait for the model server to accept a connection.", 0.1),
+    _s("llm_read_timeout", float, 180.0, "Seconds to wait for a model's answer (local models on a CPU are slow).", 0.1),
+    _s("llm_retries", int, 3, "Retries of a model call after connection errors, timeouts, 408/425/429 and 5xx.", 0),
+    _s("llm_backoff_base", float, 1.0, "First wait before a retry, in seconds; doubled each retry (with jitter).", 0),
+    _s("llm_backoff_max", float, 30.0, "Longest wait between retries, in seconds.", 0),
+    _s("llm_retry_after_max", float, 120.0, "Longest Retry-After a worker waits inline; longer ones go back to the queue.", 0),
+    _s("llm_json_mode", str, "off", "response_format sent to the model: off, json_object or json_schema."),
+    _s("llm_temperature", float, 0.0, "Sampling temperature of background jobs (0: most repeatable).", 0),
+    _s("summary_recent_tokens", int, 300, "Size of a recent summary of one chunk (RV3).", 20),
+    _s("summary_consolidated_tokens", int, 450, "Size of a consolidated summary (4 recent merged, RV3).", 20),
+    _s("summary_long_term_tokens", int, 600, "Size of a long-term summary (4 consolidated merged, RV3).", 20),
+    _s("summary_max_quotes", int, 4, "Verbatim lines kept with a summary (RV3, SW8).", 0),
+    _s("session_full_tokens", int, 900, "Size of a session's full summary (SW2).", 50),
+    _s("session_short_tokens", int, 150, "Size of a session's one-paragraph short summary (SW2).", 20),
+    _s("deep_memory_max_items", int, 3, "Memories one deep-memory run may file (RV13).", 0),
+    _s("character_memories_per_character", int, 3, "Character memories per character per extraction (SW4).", 0),
+    _s("character_memory_tokens", int, 150, "Size of an extractive character memory (SW4).", 20),
+    _s("scenes_max", int, 6, "Scene summaries per extraction (SW5).", 1),
+    _s("scene_summary_tokens", int, 250, "Size of an extractive scene summary (SW5).", 20),
+    _s("scene_gap_minutes", int, 60, "A pause this long starts a new scene (extractive, SW5).", 1),
+    _s("scene_max_messages", int, 12, "Messages per scene before the extractive splitter cuts (SW5).", 1),
+    _s("description_max_chars", int, 1000, "Longest description for 'generate memories' (RV9c).", 1),
+    _s("save_from_conversation_max_messages", int, 20, "Messages a person may pick for 'save from conversation' (RV9d).", 1),
+    _s("save_from_conversation_max_drafts", int, 5, "Drafts 'save from conversation' offers (RV9d).", 1),
+]
 MEMORIES = [
     _s("memory_max_chars", int, 500, "Longest saved memory, in characters (RV8).", 1),
     _s("pinned_per_scope", int, 20, "Pinned memories allowed per scope (RV8).", 0),
@@ -74,7 +102,7 @@ MEMORIES = [
     _s("recent_days", float, 7.0, "Memories updated within this many days are marked recent (RV7).", 0),
 ]
 
-ALL_SETTINGS: list[Setting] = SERVER + STORAGE + MODELS + MEMORIES
+ALL_SETTINGS: list[Setting] = SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES
 TABLE: dict[str, Setting] = {s.name: s for s in ALL_SETTINGS}
 
 
@@ -194,6 +222,8 @@ def load_settings(
     values["data_dir"] = str(Path(data_dir).expanduser().resolve())
     if values["llm_mode"] not in {"extractive", "openai", "client"}:
         raise SettingsError(f"llm_mode must be extractive, openai or client, got {values['llm_mode']!r}")
+    if values["llm_json_mode"] not in {"off", "json_object", "json_schema"}:
+        raise SettingsError(f"llm_json_mode must be off, json_object or json_schema, got {values['llm_json_mode']!r}")
     if values["sqlite_synchronous"].upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
         raise SettingsError(f"sqlite_synchronous must be OFF, NORMAL, FULL or EXTRA")
     return Settings(values, sources)

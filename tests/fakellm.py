@@ -6,12 +6,13 @@ records every request it received so a test can read the exact prompt that reach
 
 Control, from the same process (`FakeLLM` object) or over HTTP when run as a script:
 - `script(replies)`: the next completions answer these texts in order (then the default again);
-- `fail_next(n, status)`: the next n completions fail with that HTTP status;
+- `fail_next(n, status, retry_after=None)`: the next n completions fail with that HTTP status
+  (and a `Retry-After` header when `retry_after` is given);
 - `garbage_next(n)`: the next n completions answer text that no strict parser accepts;
 - `delay`: seconds to wait before answering (for timeout tests);
 - `responder`: a function(request_body) -> reply text, replacing the default.
 HTTP control: `GET /_fake/requests`, `POST /_fake/reset`, `POST /_fake/script {"replies": [...]}`,
-`POST /_fake/fail {"n": 1, "status": 500}`, `POST /_fake/garbage {"n": 1}`, `POST /_fake/delay {"seconds": 2}`.
+`POST /_fake/fail {"n": 1, "status": 500, "retry_after": 2}`, `POST /_fake/garbage {"n": 1}`, `POST /_fake/delay {"seconds": 2}`.
 
 Run alone: `python tests/fakellm.py --port 5001` (prints its base URL, ending in /v1).
 """
@@ -51,7 +52,7 @@ class FakeLLM:
         self.responder: Callable[[dict[str, Any]], str] = default_reply
         self.delay = 0.0
         self._scripted: deque[str] = deque()
-        self._failures: deque[int] = deque()
+        self._failures: deque[tuple[int, str | None]] = deque()
         self._garbage = 0
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, port), _make_handler(self))
@@ -88,9 +89,10 @@ class FakeLLM:
         with self._lock:
             self._scripted.extend(replies)
 
-    def fail_next(self, n: int = 1, status: int = 500) -> None:
+    def fail_next(self, n: int = 1, status: int = 500, retry_after: str | float | None = None) -> None:
+        header = None if retry_after is None else str(retry_after)
         with self._lock:
-            self._failures.extend([status] * n)
+            self._failures.extend([(status, header)] * n)
 
     def garbage_next(self, n: int = 1) -> None:
         with self._lock:
@@ -110,16 +112,18 @@ class FakeLLM:
         return [r["body"] for r in self.requests if r["path"].endswith("/chat/completions")]
 
     # --- answering -------------------------------------------------------------------------
-    def _next_outcome(self, body: dict[str, Any]) -> tuple[int, str]:
+    def _next_outcome(self, body: dict[str, Any]) -> tuple[int, str, str | None]:
+        """(status, reply text, Retry-After header or None)."""
         with self._lock:
             if self._failures:
-                return self._failures.popleft(), ""
+                status, retry_after = self._failures.popleft()
+                return status, "", retry_after
             if self._garbage:
                 self._garbage -= 1
-                return 200, GARBAGE
+                return 200, GARBAGE, None
             if self._scripted:
-                return 200, self._scripted.popleft()
-        return 200, self.responder(body)
+                return 200, self._scripted.popleft(), None
+        return 200, self.responder(body), None
 
 
 def _completion(text: str, created: int) -> dict[str, Any]:
@@ -154,9 +158,11 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: object) -> None:  # keep test output clean
             pass
 
-        def _send_json(self, status: int, payload: Any) -> None:
+        def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload).encode()
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.send_header("Access-Control-Allow-Origin", "*")
@@ -198,9 +204,10 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
             if fake.delay:
                 time.sleep(fake.delay)
-            status, text = fake._next_outcome(body if isinstance(body, dict) else {})
+            status, text, retry_after = fake._next_outcome(body if isinstance(body, dict) else {})
             if status != 200:
-                self._send_json(status, {"error": {"message": f"fake failure {status}"}})
+                headers = {"Retry-After": retry_after} if retry_after is not None else None
+                self._send_json(status, {"error": {"message": f"fake failure {status}"}}, headers)
                 return
             created = int(time.time())
             if isinstance(body, dict) and body.get("stream"):
@@ -228,7 +235,8 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             elif verb == "script":
                 fake.script([str(r) for r in body.get("replies", [])])
             elif verb == "fail":
-                fake.fail_next(int(body.get("n", 1)), int(body.get("status", 500)))
+                fake.fail_next(int(body.get("n", 1)), int(body.get("status", 500)),
+                               body.get("retry_after"))
             elif verb == "garbage":
                 fake.garbage_next(int(body.get("n", 1)))
             elif verb == "delay":
