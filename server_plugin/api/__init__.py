@@ -1,0 +1,14 @@
+"""The HTTP layer: one blueprint per resource family. Each view parses, validates, calls, serialises."""
+
+from __future__ import annotations
+
+from flask import Flask
+
+from . import characters, chats, health, memories
+
+BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp]
+
+
+def register(app: Flask) -> None:
+    for blueprint in BLUEPRINTS:
+        app.register_blueprint(blueprint, url_prefix="/v1")

@@ -1,0 +1,61 @@
+"""Helpers every view uses: the services, validated bodies and query strings, checked path ids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import current_app, g, request
+
+from ..errors import BadRequest
+from ..schemas import default_schemas
+from ..services import Services
+
+EXTENSION_KEY = "chronicler"
+
+
+def svc() -> Services:
+    return current_app.extensions[EXTENSION_KEY]
+
+
+def body(schema: str) -> dict[str, Any]:
+    """The request's JSON body, validated against `shared_schema/<schema>.json`."""
+    data = g.get("json_body")
+    if data is None:
+        data = {}
+    default_schemas().validate(schema, data)
+    return data
+
+
+def _typed(value: str, spec: dict[str, Any]) -> Any:
+    """A query-string value converted to the type its schema property declares."""
+    kind = spec.get("type")
+    if kind == "boolean":
+        lowered = value.lower()
+        return True if lowered == "true" else False if lowered == "false" else value
+    if kind == "integer":
+        try:
+            return int(value)
+        except ValueError:
+            return value
+    return value
+
+
+def query(schema: str) -> dict[str, Any]:
+    """The query string as a dict of typed values, validated against `<schema>.json`."""
+    spec = default_schemas().schemas[schema].get("properties", {})
+    data: dict[str, Any] = {}
+    for key in request.args:
+        values = request.args.getlist(key)
+        if len(values) > 1:
+            raise BadRequest("invalid_request", f"Query parameter {key!r} was given more than once.")
+        data[key] = _typed(values[0], spec.get(key, {}))
+    default_schemas().validate(schema, data, what="query string")
+    return data
+
+
+def path_id(value: str, what: str = "id") -> str:
+    """A client id taken from the path: printable and bounded (API.md "Ids")."""
+    limit = int(svc().settings.max_id_length)
+    if not value or len(value) > limit or not value.isprintable():
+        raise BadRequest("invalid_id", f"The {what} in the path must be 1 to {limit} printable characters.")
+    return value

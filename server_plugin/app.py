@@ -1,0 +1,98 @@
+"""The app factory: wires settings, database, embedder, token counter, security and the routes."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from flask import Flask
+from flask_cors import CORS
+from werkzeug.exceptions import HTTPException
+
+from . import api, migrations
+from .api.common import EXTENSION_KEY
+from .clock import Clock
+from .db import Database, StorageFull, StorageUnavailable
+from .embeddings import Embedder, EmbedderNotReady
+from .errors import ChroniclerError
+from .security import Guard, ensure_token, install
+from .services import Services
+from .settings import Settings
+from .tokens import get_counter
+
+log = logging.getLogger("chronicler")
+
+
+def error_body(code: str, message: str, details: list[Any] | None = None) -> dict[str, Any]:
+    """The one error envelope (API.md "Transport")."""
+    return {"ok": False, "error": {"code": code, "message": message, "details": details or []}}
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "error"
+
+
+def _install_error_envelope(app: Flask) -> None:
+    @app.errorhandler(ChroniclerError)
+    def _ours(exc: ChroniclerError) -> tuple[dict, int]:
+        return error_body(exc.code, exc.message, exc.details), exc.status
+
+    @app.errorhandler(HTTPException)
+    def _werkzeug(exc: HTTPException) -> Any:
+        response = exc.get_response()
+        response.data = app.json.dumps(error_body(_snake(exc.name), exc.description or exc.name))
+        response.content_type = "application/json"
+        return response
+
+    @app.errorhandler(EmbedderNotReady)
+    def _not_ready(exc: EmbedderNotReady) -> tuple[dict, int]:
+        return error_body("embedder_not_ready", str(exc)), 503
+
+    @app.errorhandler(StorageFull)
+    def _full(exc: StorageFull) -> tuple[dict, int]:
+        return error_body("storage_full", "The disk or the database size cap is full; nothing was "
+                          "written. Free space (or raise max_page_count) and retry."), 507
+
+    @app.errorhandler(StorageUnavailable)
+    def _io(exc: StorageUnavailable) -> tuple[dict, int]:
+        return error_body("storage_unavailable", f"The database could not be written: {exc}"), 503
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> tuple[dict, int]:
+        log.exception("unexpected error")
+        return error_body("internal_error", "Something went wrong inside the sidecar; its log has "
+                          "the details."), 500
+
+
+def build_services(settings: Settings, embedder: Embedder | None = None,
+                   clock: Clock | None = None) -> Services:
+    """Open (and migrate) the database and start loading the model in the background."""
+    settings.data_path.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.data_path / settings.db_file, settings.busy_timeout_ms,
+                  settings.sqlite_synchronous, settings.max_page_count)
+    migrations.migrate(db)
+    embedder = embedder or Embedder(settings.embedding_model)
+    embedder.start_loading()
+    return Services(settings, db, embedder, get_counter(settings.tokenizer), clock or Clock())
+
+
+def create_app(settings: Settings, *, services: Services | None = None) -> Flask:
+    """A ready Flask app (serve it with waitress; see cli.py)."""
+    services = services or build_services(settings)
+    token, _ = ensure_token(settings)
+    app = Flask("chronicler")
+    app.config["MAX_CONTENT_LENGTH"] = max(settings.max_body_bytes, settings.max_import_bytes)
+    app.json.sort_keys = False
+    app.extensions[EXTENSION_KEY] = services
+    guard = Guard(settings, token)
+    app.extensions["chronicler_guard"] = guard
+    # CORS for the exact allowlist only; credentials are a bearer header, never cookies.
+    CORS(app, resources={r"/v1/*": {"origins": list(settings.origins)}},
+         allow_headers=["Authorization", "Content-Type"],
+         methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"], max_age=600,
+         supports_credentials=False)
+    install(app, guard)
+    _install_error_envelope(app)
+    api.register(app)
+    return app

