@@ -126,7 +126,8 @@ export class RingBuffer {
  * }} deps
  */
 export function createInterceptor(deps) {
-    return async function chroniclerInterceptor(chat, contextSize, _abort, type) {
+    return async function chroniclerInterceptor(chat, contextSize, _abort, rawType) {
+        const type = rawType ?? 'normal'; // Generate()'s type may be left undefined by callers
         const settings = deps.getSettings();
         if (!settings.enabled || SKIPPED_TYPES.includes(type)) return;
         const ctx = deps.getContext();

@@ -5,8 +5,8 @@
 // branch copies the messages (ids included) into a new chat: ids are unique within one chat,
 // and the sidecar keys messages by (chat id, message id).
 //
-// After any chat event the whole chat is compared with what the sidecar was last sent (the
-// `SentLedger`): new and changed messages are upserted, vanished ones deleted. That one rule
+// After any chat event the whole chat is compared with what was seen and sent before (the
+// `ChatLedger`): new and changed messages are upserted, vanished ones deleted. That one rule
 // covers sends, replies, edits, swipes, deletes (MESSAGE_DELETED gives only the new length) and
 // recovers by itself after an outage. Pure functions first; the `ChatSync` class does the I/O.
 
@@ -100,66 +100,72 @@ export function fingerprint(record) {
 }
 
 /**
- * What the sidecar holds for one chat, as far as this page knows: ids in chat order, each with
- * its fingerprint, role and turn.
+ * One chat as this page last saw it and as the sidecar last accepted it.
+ *
+ * `seen` and `order` are updated at every sync, synchronously (what the chat held then: roles and
+ * turns of its sendable messages, in order); `sent` holds the fingerprint of each message the
+ * sidecar accepted. Deciding what vanished uses `seen`, so a regenerate is recognised (and its
+ * turn rolled back) even when the reply never reached the sidecar.
  */
-export class SentLedger {
+export class ChatLedger {
     constructor() {
-        /** @type {Map<string, {hash: string, role: string, turnId?: string}>} */
-        this.entries = new Map();
-        /** @type {string[]} ids in the order they stood in the chat */
+        /** @type {Map<string, {role: string, turnId?: string}>} */
+        this.seen = new Map();
+        /** @type {string[]} ids of `seen` in chat order */
         this.order = [];
+        /** @type {Map<string, string>} id -> fingerprint accepted by the sidecar */
+        this.sent = new Map();
     }
 
-    /** Records that are new or changed since they were last sent. */
+    /** Remember the chat's sendable records as they stand now. */
+    observe(records) {
+        this.seen = new Map(records.map(r => [r.id, { role: r.role, turnId: r.turn_id }]));
+        this.order = records.map(r => r.id);
+    }
+
+    /** Records that are new or changed since the sidecar last accepted them. */
     changed(records) {
-        return records.filter(r => this.entries.get(r.id)?.hash !== fingerprint(r));
+        return records.filter(r => this.sent.get(r.id) !== fingerprint(r));
     }
 
     /** Note records as accepted by the sidecar. */
     markSent(records) {
-        for (const r of records) this.entries.set(r.id, { hash: fingerprint(r), role: r.role, turnId: r.turn_id });
+        for (const r of records) this.sent.set(r.id, fingerprint(r));
     }
 
-    /** Forget ids the sidecar no longer has. */
-    forget(ids) {
-        for (const id of ids) this.entries.delete(id);
-        const gone = new Set(ids);
-        this.order = this.order.filter(id => !gone.has(id));
-    }
-
-    /** Remember the chat order of what is sent (used to tell a tail cut from a middle delete). */
-    setOrder(ids) {
-        this.order = ids.filter(id => this.entries.has(id));
+    /** Note messages as deleted in the sidecar. */
+    markDeleted(ids) {
+        for (const id of ids) this.sent.delete(id);
     }
 }
 
 /**
- * Compare the ledger with the chat: which sent messages vanished, whether they vanished from the
- * end (a regenerate, or the user deleting the last replies), and which of them to roll back.
+ * Compare the last observation with the chat now: which messages the sidecar should no longer
+ * hold, whether they vanished from the end (a regenerate, or the user deleting the last replies),
+ * and which turns to roll back.
  *
  * Rule (RV10 in SillyTavern's terms): when generated replies are cut from the end of the chat,
  * the turns that wrote them are rolled back; a delete in the middle only deletes the message.
  * A message merely hidden (still in the chat) is deleted from the sidecar, never rolled back.
  *
- * @param {SentLedger} ledger
- * @param {string[]} chatIds ids of every message now in the chat, in order (hidden ones too)
+ * @param {ChatLedger} ledger
+ * @param {Array<string|undefined>} chatIds ids of every message now in the chat, in order (hidden ones too)
  * @param {Set<string>|string[]} sendableIds ids the sidecar should hold now
  * @returns {{removed: string[], tail: boolean, rollbackTurns: string[]}}
  */
 export function reconcile(ledger, chatIds, sendableIds) {
     const sendable = sendableIds instanceof Set ? sendableIds : new Set(sendableIds);
     const inChat = new Set(chatIds);
-    const removed = [...ledger.entries.keys()].filter(id => !sendable.has(id));
+    const removed = ledger.order.filter(id => !sendable.has(id));
     const vanished = removed.filter(id => !inChat.has(id));
     if (!vanished.length) return { removed, tail: false, rollbackTurns: [] };
-    // A tail cut: what survives of the known order is a prefix of it.
+    // A tail cut: what survives of the observed order is a prefix of it.
     const survivors = ledger.order.filter(id => inChat.has(id));
     const tail = survivors.every((id, i) => ledger.order[i] === id);
     const turns = [];
     if (tail) {
         for (const id of vanished) {
-            const entry = ledger.entries.get(id);
+            const entry = ledger.seen.get(id);
             if (entry?.role === 'assistant' && entry.turnId && !turns.includes(entry.turnId)) turns.push(entry.turnId);
         }
     }
@@ -225,19 +231,22 @@ export class ChatSync {
     constructor(deps) {
         this.deps = deps;
         this.now = deps.now ?? (() => new Date().toISOString());
-        /** @type {Map<string, SentLedger>} chat id -> ledger */
+        /** @type {Map<string, ChatLedger>} chat id -> ledger */
         this.ledgers = new Map();
         /** @type {Set<string>} character ids known to exist in the sidecar */
         this.knownCharacters = new Set();
         /** @type {Map<string, string>} chat id -> fingerprint of its last registration */
         this.registered = new Map();
-        /** @type {Map<string, Set<string>>} chat id -> turns to roll back (kept until the sidecar confirms) */
+        // Work that must reach the sidecar even across an outage: kept until it succeeds.
+        /** @type {Map<string, Set<string>>} chat id -> turns to roll back */
         this.pendingRollbacks = new Map();
+        /** @type {Map<string, Set<string>>} chat id -> message ids to delete */
+        this.pendingDeletes = new Map();
         this.queue = Promise.resolve();
     }
 
     ledger(chatId) {
-        if (!this.ledgers.has(chatId)) this.ledgers.set(chatId, new SentLedger());
+        if (!this.ledgers.has(chatId)) this.ledgers.set(chatId, new ChatLedger());
         return this.ledgers.get(chatId);
     }
 
@@ -259,8 +268,9 @@ export class ChatSync {
     }
 
     /**
-     * Bring the sidecar in step with the current chat. Ids are assigned at once (synchronously,
-     * so SillyTavern's next save includes them); the network part is queued.
+     * Bring the sidecar in step with the current chat. Ids are assigned and the chat compared with
+     * the last observation at once (synchronously: SillyTavern's next save includes the ids, and a
+     * regenerate's rollback is known before its generation starts); the network part is queued.
      * @param {string} what the event that asked, for error messages
      * @returns {{assigned: number[], done: Promise<void>}} indexes that got new ids; the queued work
      */
@@ -270,41 +280,33 @@ export class ChatSync {
         if (!chatId) return { assigned: [], done: Promise.resolve() };
         const chat = ctx.chat;
         const assigned = ensureIds(chat, ctx.uuidv4 ?? (() => crypto.randomUUID()));
-        // Snapshot now: the chat may change before the queued task runs.
         const fallback = this.now();
-        const chatIds = chat.map(messageId);
         const records = chat.map(m => toRecord(m, fallback)).filter(Boolean);
+        const ledger = this.ledger(chatId);
+        const { removed, rollbackTurns } = reconcile(ledger, chat.map(messageId), records.map(r => r.id));
+        ledger.observe(records);
+        for (const turnId of rollbackTurns) addTo(this.pendingRollbacks, chatId, turnId);
+        for (const id of removed) addTo(this.pendingDeletes, chatId, id);
+        for (const r of records) this.pendingDeletes.get(chatId)?.delete(r.id); // back again (unhidden)
         const members = chatMembers(ctx);
         const cards = members.memberIds.map(id => ctx.characters?.find(c => c.avatar === id)).filter(Boolean);
         const title = ctx.groupId ? (ctx.groups ?? []).find(g => String(g.id) === String(ctx.groupId))?.name : ctx.name2;
-        const task = () => this.push(chatId, { chatIds, records, members, cards, title });
-        return { assigned, done: this.enqueue(what, task) };
+        const done = this.enqueue(what, () => this.push(chatId, { records, members, cards, title }));
+        return { assigned, done };
     }
 
-    /** The network part of a sync: register, roll back and delete what vanished, upsert changes. */
-    async push(chatId, { chatIds, records, members, cards, title }) {
+    /** The network part of a sync: register, roll back, delete what vanished, upsert changes. */
+    async push(chatId, { records, members, cards, title }) {
         const client = this.deps.getClient();
         await this.registerCharacters(client, cards);
         await this.registerChat(client, chatId, members.memberIds, title);
         await this.drainRollbacks(client, chatId);
+        await this.drainDeletes(client, chatId);
         const ledger = this.ledger(chatId);
-        const { removed, rollbackTurns } = reconcile(ledger, chatIds, records.map(r => r.id));
-        for (const turnId of rollbackTurns) {
-            await client.rollbackTurn(chatId, turnId).catch(err => {
-                if (err?.status !== 404) throw err;
-            });
-        }
-        for (const id of removed) {
-            await client.deleteMessage(chatId, id).catch(err => {
-                if (err?.status !== 404) throw err; // already gone is fine
-            });
-            ledger.forget([id]);
-        }
         for (const batch of batches(ledger.changed(records), this.deps.batchSize())) {
             await client.upsertMessages(chatId, batch);
             ledger.markSent(batch);
         }
-        ledger.setOrder(records.map(r => r.id));
     }
 
     /** Create sidecar characters for cards seen for the first time (never overwrite a sheet). */
@@ -331,6 +333,36 @@ export class ChatSync {
         this.registered.set(chatId, key);
     }
 
+    /**
+     * Roll a turn back (queued behind pending syncs). A rollback that fails stays pending and is
+     * retried before the next sync of that chat, so an outage cannot leave a replaced turn's
+     * memories behind.
+     */
+    rollback(chatId, turnId) {
+        addTo(this.pendingRollbacks, chatId, turnId);
+        return this.enqueue('rollback', () => this.drainRollbacks(this.deps.getClient(), chatId));
+    }
+
+    async drainRollbacks(client, chatId) {
+        const pending = this.pendingRollbacks.get(chatId);
+        for (const turnId of [...(pending ?? [])]) {
+            await client.rollbackTurn(chatId, turnId);
+            pending.delete(turnId);
+        }
+    }
+
+    async drainDeletes(client, chatId) {
+        const pending = this.pendingDeletes.get(chatId);
+        const ledger = this.ledger(chatId);
+        for (const id of [...(pending ?? [])]) {
+            await client.deleteMessage(chatId, id).catch(err => {
+                if (err?.status !== 404) throw err; // never sent, or already gone: fine
+            });
+            pending.delete(id);
+            ledger.markDeleted([id]);
+        }
+    }
+
     /** A character card was deleted in SillyTavern: delete it in the sidecar (RV6: its memories turn global). */
     deleteCharacter(avatar) {
         if (!avatar) return Promise.resolve();
@@ -341,27 +373,9 @@ export class ChatSync {
             this.knownCharacters.delete(avatar);
         });
     }
+}
 
-    /**
-     * Roll a turn back (queued behind pending syncs). A rollback that fails stays pending and is
-     * retried before the next sync of that chat, so an outage cannot leave a replaced turn's
-     * memories behind.
-     */
-    rollback(chatId, turnId) {
-        if (!this.pendingRollbacks.has(chatId)) this.pendingRollbacks.set(chatId, new Set());
-        this.pendingRollbacks.get(chatId).add(turnId);
-        return this.enqueue('rollback', () => this.drainRollbacks(this.deps.getClient(), chatId));
-    }
-
-    async drainRollbacks(client, chatId) {
-        const pending = this.pendingRollbacks.get(chatId);
-        if (!pending) return;
-        for (const turnId of [...pending]) {
-            await client.rollbackTurn(chatId, turnId).catch(err => {
-                if (err?.status !== 404) throw err; // a turn the sidecar never saw has nothing to undo
-            });
-            pending.delete(turnId);
-        }
-        if (!pending.size) this.pendingRollbacks.delete(chatId);
-    }
+function addTo(map, key, value) {
+    if (!map.has(key)) map.set(key, new Set());
+    map.get(key).add(value);
 }

@@ -317,6 +317,21 @@ class STPage:
         self.wait_idle(timeout_ms)
         return self.last_message_text()
 
+    def regenerate(self, timeout_ms: int = 30_000) -> str:
+        """Regenerate the last reply through the options menu; return the new reply's text."""
+        page = self.page
+        self.wait_idle(timeout_ms)
+        old = self.evaluate("() => SillyTavern.getContext().chat.at(-1).extra?.chronicler_id ?? null")
+        page.locator("#options_button").click()
+        page.locator("#option_regenerate").click()
+        # The old reply is cut and a new one (a new message) takes its place.
+        page.wait_for_function("""old => {
+            const last = SillyTavern.getContext().chat.at(-1);
+            return !last.is_user && (last.extra?.chronicler_id ?? null) !== old;
+        }""", arg=old, timeout=timeout_ms)
+        self.wait_idle(timeout_ms)
+        return self.last_message_text()
+
     def swipe_counter(self) -> str:
         raw = self.page.locator("#chat .mes.last_mes .swipes-counter").first.inner_text()
         return raw.replace("\u200b", "").strip()

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import {
-    ID_KEY, TURN_KEY, SentLedger, batches, chatMembers, characterFromCard, ensureIds, fingerprint,
+    ChatLedger, ID_KEY, TURN_KEY, batches, chatMembers, characterFromCard, ensureIds, fingerprint,
     messageId, reconcile, stampTurn, swipePending, toIso, toRecord,
 } from '../../extension/src/sync.js';
 
@@ -21,12 +21,12 @@ function msg(id, { user = false, system = false, turn, text = `text of ${id}` } 
     return { name: user ? 'User' : 'Seraphina', is_user: user, is_system: system, mes: text, send_date: FALLBACK, extra };
 }
 
-/** The ledger as it stands after the sidecar accepted every sendable message of `chat`. */
-function sentLedger(chat) {
-    const ledger = new SentLedger();
+/** The ledger after a sync of `chat` (observed; `accepted`: the sidecar took every message). */
+function sentLedger(chat, { accepted = true } = {}) {
+    const ledger = new ChatLedger();
     const records = chat.map(m => toRecord(m, FALLBACK)).filter(Boolean);
-    ledger.markSent(records);
-    ledger.setOrder(records.map(r => r.id));
+    ledger.observe(records);
+    if (accepted) ledger.markSent(records);
     return ledger;
 }
 
@@ -124,12 +124,18 @@ test('dc2: nothing vanished, nothing to do', () => {
     assert.deepEqual(reconcile(ledger, ids(chat), sendable(chat)), { removed: [], tail: false, rollbackTurns: [] });
 });
 
-test('dc2: forget removes ids from the ledger and its order', () => {
-    const chat = [msg('a'), msg('b'), msg('c')];
+test('dc2: a message deleted in the sidecar is sent again if it comes back', () => {
+    const chat = [msg('a'), msg('b')];
     const ledger = sentLedger(chat);
-    ledger.forget(['b']);
-    assert.deepEqual([...ledger.entries.keys()], ['a', 'c']);
-    assert.deepEqual(ledger.order, ['a', 'c']);
+    ledger.markDeleted(['b']);
+    assert.deepEqual(ledger.changed(chat.map(m => toRecord(m, FALLBACK))).map(r => r.id), ['b']);
+});
+
+test('rv10: a regenerate is recognised even when the cut reply never reached the sidecar', () => {
+    const chat = [msg('u1', { user: true }), msg('r1', { turn: 't1' })];
+    const ledger = sentLedger(chat, { accepted: false }); // the sidecar was down
+    chat.length = 1;
+    assert.deepEqual(reconcile(ledger, ids(chat), sendable(chat)), { removed: ['r1'], tail: true, rollbackTurns: ['t1'] });
 });
 
 test('rv10: a new swipe stamps its own turn; the user message is never stamped', () => {
