@@ -82,7 +82,12 @@ function enabled() {
 }
 
 function syncNow(what) {
-    if (enabled()) sync.syncCurrentChat(what);
+    if (!enabled()) return;
+    const { assigned } = sync.syncCurrentChat(what);
+    // New ids must reach the chat file. SillyTavern saves a user's message *before* MESSAGE_SENT
+    // (and an existing chat may never be saved again), so ask for a save whenever ids were given;
+    // the debounced save is skipped if the chat changes meanwhile.
+    if (assigned.length) ctx().saveMetadataDebounced();
 }
 
 function onChatChanged() {
@@ -91,11 +96,7 @@ function onChatChanged() {
     clearPrompts(ctx().setExtensionPrompt, state.injected.keys);
     state.injected.keys = new Set();
     state.turns.current = null;
-    if (!enabled()) return;
-    const { assigned } = sync.syncCurrentChat('CHAT_CHANGED');
-    // Ids given to messages of an existing chat must be saved with it (new messages are saved by
-    // SillyTavern's own flow right after the event).
-    if (assigned.length) ctx().saveChat();
+    syncNow('CHAT_CHANGED');
 }
 
 function onMessageReceived(index, type) {

@@ -230,7 +230,14 @@ class STPage:
         return self
 
     def reload(self) -> "STPage":
+        """Save the chat, then load the page again."""
+        self.flush_chat()
         return self.open()
+
+    def flush_chat(self) -> None:
+        """Wait until the chat is saved. SillyTavern's last save after a reply may still be in
+        flight when the page looks idle; its own saveChat waits for a running save, then saves."""
+        self.evaluate("async () => { const c = SillyTavern.getContext(); if (c.getCurrentChatId()) await c.saveChat(); }")
 
     def shot(self, name: str) -> Path:
         """Save a full-window screenshot, numbered in the order taken."""
@@ -258,6 +265,12 @@ class STPage:
             page.locator("#rightNavDrawerIcon").click()
         self.wait_idle()
 
+    def chat_file(self, data_root: Path) -> Path:
+        """The .jsonl file SillyTavern saves the current (one-character) chat to."""
+        folder, chat_id = self.evaluate("""() => { const c = SillyTavern.getContext();
+            return [c.characters[c.characterId].avatar.replace(/\\.[^.]+$/, ''), c.getCurrentChatId()]; }""")
+        return data_root / "default-user" / "chats" / folder / f"{chat_id}.jsonl"
+
     def chat_length(self) -> int:
         return self.evaluate("() => SillyTavern.getContext().chat.length")
 
@@ -275,7 +288,16 @@ class STPage:
         self.page.locator("#send_but").wait_for(state="visible", timeout=timeout_ms)
 
     def send(self, text: str, timeout_ms: int = 30_000) -> str:
-        """Send a user message and wait for the reply; return the reply's text.
+        """Send a user message and wait for the reply; return the reply's text."""
+        before = self.submit(text, timeout_ms)
+        # The user's message, then the reply (two new messages), then idle.
+        self.page.wait_for_function("n => SillyTavern.getContext().chat.length >= n + 2", arg=before,
+                                    timeout=timeout_ms)
+        self.wait_idle(timeout_ms)
+        return self.last_message_text()
+
+    def submit(self, text: str, timeout_ms: int = 30_000) -> int:
+        """Type and send a message without waiting for a reply; return the chat length before.
 
         For a few hundred ms after a reply the send button ignores clicks silently, so: click,
         wait for the textarea to empty, and click again only while it still holds our text
@@ -294,11 +316,9 @@ class STPage:
             with contextlib.suppress(Exception):
                 page.wait_for_function("() => document.querySelector('#send_textarea').value === ''",
                                        timeout=1500)
-        # The user's message, then the reply (two new messages), then idle.
-        page.wait_for_function("n => SillyTavern.getContext().chat.length >= n + 2", arg=before,
+        page.wait_for_function("n => SillyTavern.getContext().chat.length >= n + 1", arg=before,
                                timeout=timeout_ms)
-        self.wait_idle(timeout_ms)
-        return self.last_message_text()
+        return before
 
     def last_message_text(self) -> str:
         return self.page.locator("#chat .mes.last_mes .mes_text").inner_text()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from tests.e2e.st import STPage
 from tests.fakellm import FakeLLM
 
@@ -58,3 +60,36 @@ def test_dc2_sidecar_down_fails_open_with_one_toast(st: STPage, fake: FakeLLM) -
     stats = st.evaluate("() => ({n: window.chronicler.stats.timings.items.length, "
                         "err: window.chronicler.stats.lastError?.code})")
     assert stats == {"n": 3, "err": "unreachable"}
+
+
+def test_dc2_message_ids_and_turns_are_saved_with_the_chat(st: STPage) -> None:
+    """rule DC2 (sync): every message gets a stable id in `extra`, replies carry their turn id,
+    and both survive a page reload (SillyTavern saved them with the chat)."""
+    st.select_character("Seraphina")
+    st.send("Remember this message's id.")
+    before = st.evaluate("() => SillyTavern.getContext().chat.map(m => [m.extra?.chronicler_id, m.extra?.chronicler_turn_id ?? null, m.is_user])")
+    assert all(isinstance(i, str) and i for i, _, _ in before)
+    assert len({i for i, _, _ in before}) == len(before), "ids are unique in the chat"
+    assert before[-1][1] and not before[-1][2], "the reply carries its turn id"
+    assert before[-2][1] is None and before[-2][2], "a user message has no turn id"
+    st.reload()
+    st.select_character("Seraphina")
+    after = st.evaluate("() => SillyTavern.getContext().chat.map(m => [m.extra?.chronicler_id, m.extra?.chronicler_turn_id ?? null, m.is_user])")
+    assert after == before
+
+
+def test_dc2_a_new_message_id_is_saved_even_when_the_generation_fails(st: STPage, fake: FakeLLM, st_server) -> None:
+    """rule DC2 (sync): SillyTavern saves a user's message before MESSAGE_SENT, so the extension
+    asks for a save itself: the id reaches the chat file even when no reply (and no later save by
+    SillyTavern) follows."""
+    st.select_character("Seraphina")
+    fake.fail_next(1, 500)
+    st.submit("This generation will fail at the model.")
+    st.wait_idle()
+    message_id = st.evaluate("() => SillyTavern.getContext().chat.findLast(m => m.is_user).extra.chronicler_id")
+    path = st.chat_file(st_server.data_root)
+    deadline = time.monotonic() + 10
+    while message_id not in path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    st.shot("generation-failed")
+    assert message_id in path.read_text(), "the new id is in the saved chat file"
