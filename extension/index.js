@@ -143,5 +143,10 @@ function listen() {
     eventSource.on(e.CHARACTER_DELETED, onCharacterDeleted);
 }
 
-await addSettingsDrawer();
+// Listen first: the memory works even if the drawer cannot be drawn.
 listen();
+try {
+    await addSettingsDrawer();
+} catch (error) {
+    console.error('[Chronicler] could not add the settings drawer:', error);
+}
