@@ -54,6 +54,24 @@ export function errorFromResponse(status, text) {
     return new SidecarError({ status, code: `http_${status}`, message: `The sidecar answered HTTP ${status}.` });
 }
 
+/**
+ * True when the error says the route itself does not exist on this sidecar (an older version, or
+ * a feature not built yet): Flask's generic 404 `not_found` or 405 — unlike a domain 404 such as
+ * `chat_not_found`, which means the route exists and the item does not.
+ * @param {any} error
+ */
+export function isMissingRoute(error) {
+    return error instanceof SidecarError && ((error.status === 404 && error.code === 'not_found') || error.status === 405);
+}
+
+/** A query string from the defined values of `params` ('' when none). */
+export function queryString(params = {}) {
+    const parts = Object.entries(params)
+        .filter(([, v]) => v !== undefined && v !== null)
+        .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`);
+    return parts.length ? `?${parts.join('&')}` : '';
+}
+
 /** Percent-encode one id for a path segment (SillyTavern chat ids hold spaces and `@`). */
 export function pathId(id) {
     return encodeURIComponent(String(id));
@@ -134,6 +152,33 @@ export class SidecarClient {
     }
     rollbackTurn(chatId, turnId, options) {
         return this.request('POST', `/v1/chats/${pathId(chatId)}/turns/${pathId(turnId)}/rollback`, { ...options, body: {} });
+    }
+
+    /** The ids the sidecar holds for a chat (orphan reconciliation). */
+    listMessageIds(chatId, options) {
+        return this.request('GET', `/v1/chats/${pathId(chatId)}/messages${queryString({ ids_only: true })}`, options);
+    }
+    renameChat(chatId, newId, options) {
+        return this.request('POST', `/v1/chats/${pathId(chatId)}/rename`, { ...options, body: { new_id: newId } });
+    }
+    deleteChat(chatId, options) { return this.request('DELETE', `/v1/chats/${pathId(chatId)}`, options); }
+
+    createMemory(body, options) { return this.request('POST', '/v1/memories', { ...options, body }); }
+    getMemory(id, options) { return this.request('GET', `/v1/memories/${pathId(id)}`, options); }
+    listMemories(params, options) { return this.request('GET', `/v1/memories${queryString(params)}`, options); }
+    patchMemory(id, body, options) { return this.request('PATCH', `/v1/memories/${pathId(id)}`, { ...options, body }); }
+    deleteMemory(id, actor, options) {
+        return this.request('DELETE', `/v1/memories/${pathId(id)}${queryString({ actor })}`, options);
+    }
+
+    search(body, options) { return this.request('POST', '/v1/search', { ...options, body }); }
+    sessions(chatId, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/sessions`, options); }
+    session(chatId, n, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/sessions/${pathId(n)}`, options); }
+    endSession(chatId, options) { return this.request('POST', `/v1/chats/${pathId(chatId)}/sessions/end`, { ...options, body: {} }); }
+
+    claimJob(body = {}, options) { return this.request('POST', '/v1/jobs/claim', { ...options, body }); }
+    completeJob(id, text, options) {
+        return this.request('POST', `/v1/jobs/${pathId(id)}/complete`, { ...options, body: { text } });
     }
 
     context(body, options) { return this.request('POST', '/v1/context', { ...options, body }); }

@@ -10,6 +10,9 @@
 // covers sends, replies, edits, swipes, deletes (MESSAGE_DELETED gives only the new length) and
 // recovers by itself after an outage. Pure functions first; the `ChatSync` class does the I/O.
 
+import { isMissingRoute } from './client.js';
+import { moveCharacter } from './rename.js';
+
 export const ID_KEY = 'chronicler_id';
 export const TURN_KEY = 'chronicler_turn_id';
 
@@ -65,13 +68,28 @@ export function toIso(sendDate, fallback) {
 }
 
 /**
+ * Who spoke a message, as a sidecar character id (avatar file name): SillyTavern stamps group
+ * replies with `original_avatar`; in a one-character chat every reply is that character's.
+ * User messages have no speaker id (the persona is not a character card).
+ * @param {object} message
+ * @param {string|undefined} defaultSpeaker the chat's character in a one-character chat
+ */
+export function speakerOf(message, defaultSpeaker) {
+    if (!message || message.is_user) return undefined;
+    const avatar = typeof message.original_avatar === 'string' && message.original_avatar ? message.original_avatar : undefined;
+    return avatar ?? defaultSpeaker ?? undefined;
+}
+
+/**
  * The upsert record of one message (API.md `POST /v1/chats/{id}/messages`), or null for a message
  * the sidecar does not get: hidden and system messages (`is_system`), which SillyTavern also
  * leaves out of the prompt, and messages without an id yet.
  * @param {object} message
  * @param {string} fallbackDate ISO date for messages without a readable send_date
+ * @param {{index?: number, defaultSpeaker?: string}} [where] its position in the chat; the chat's
+ *   character when it is a one-character chat
  */
-export function toRecord(message, fallbackDate) {
+export function toRecord(message, fallbackDate, { index, defaultSpeaker } = {}) {
     const id = messageId(message);
     if (!id || message.is_system) return null;
     const record = {
@@ -83,12 +101,26 @@ export function toRecord(message, fallbackDate) {
     };
     const turn = messageTurn(message);
     if (turn && !message.is_user) record.turn_id = turn;
+    const speaker = speakerOf(message, defaultSpeaker);
+    if (speaker) record.speaker_id = speaker;
+    if (Number.isInteger(index) && index >= 0) record.index = index;
     return record;
+}
+
+/**
+ * The records of a whole chat, in order (index = position in SillyTavern's chat array).
+ * @param {object[]} chat
+ * @param {string} fallbackDate
+ * @param {string|undefined} defaultSpeaker
+ */
+export function chatRecords(chat, fallbackDate, defaultSpeaker) {
+    return chat.map((m, index) => toRecord(m, fallbackDate, { index, defaultSpeaker })).filter(Boolean);
 }
 
 /** A short fingerprint of a record, to skip re-sending unchanged messages. FNV-1a, 2x32 bits. */
 export function fingerprint(record) {
-    const text = [record.role, record.name, record.text, record.sent_at, record.turn_id ?? ''].join('\u0000');
+    const text = [record.role, record.name, record.text, record.sent_at, record.turn_id ?? '',
+        record.speaker_id ?? '', record.index ?? ''].join('\u0000');
     let h1 = 0x811c9dc5;
     let h2 = 0x01000193 ^ text.length;
     for (let i = 0; i < text.length; i++) {
@@ -115,6 +147,8 @@ export class ChatLedger {
         this.order = [];
         /** @type {Map<string, string>} id -> fingerprint accepted by the sidecar */
         this.sent = new Map();
+        /** Whether the sidecar's copy was checked for orphans since the page loaded. */
+        this.reconciled = false;
     }
 
     /** Remember the chat's sendable records as they stand now. */
@@ -225,6 +259,7 @@ export class ChatSync {
      *   batchSize: () => number,
      *   onSuccess: () => void,
      *   onError: (error: Error, what: string) => void,
+     *   features?: import('./features.js').Features,
      *   now?: () => string,
      * }} deps
      */
@@ -280,15 +315,15 @@ export class ChatSync {
         if (!chatId) return { assigned: [], done: Promise.resolve() };
         const chat = ctx.chat;
         const assigned = ensureIds(chat, ctx.uuidv4 ?? (() => crypto.randomUUID()));
-        const fallback = this.now();
-        const records = chat.map(m => toRecord(m, fallback)).filter(Boolean);
+        const members = chatMembers(ctx);
+        const defaultSpeaker = members.isGroup ? undefined : members.memberIds[0];
+        const records = chatRecords(chat, this.now(), defaultSpeaker);
         const ledger = this.ledger(chatId);
         const { removed, rollbackTurns } = reconcile(ledger, chat.map(messageId), records.map(r => r.id));
         ledger.observe(records);
         for (const turnId of rollbackTurns) addTo(this.pendingRollbacks, chatId, turnId);
         for (const id of removed) addTo(this.pendingDeletes, chatId, id);
         for (const r of records) this.pendingDeletes.get(chatId)?.delete(r.id); // back again (unhidden)
-        const members = chatMembers(ctx);
         const cards = members.memberIds.map(id => ctx.characters?.find(c => c.avatar === id)).filter(Boolean);
         const title = ctx.groupId ? (ctx.groups ?? []).find(g => String(g.id) === String(ctx.groupId))?.name : ctx.name2;
         const done = this.enqueue(what, () => this.push(chatId, { records, members, cards, title }));
@@ -302,6 +337,7 @@ export class ChatSync {
         await this.registerChat(client, chatId, members.memberIds, title);
         await this.drainRollbacks(client, chatId);
         await this.drainDeletes(client, chatId);
+        await this.deleteOrphans(client, chatId, records);
         const ledger = this.ledger(chatId);
         for (const batch of batches(ledger.changed(records), this.deps.batchSize())) {
             await client.upsertMessages(chatId, batch);
@@ -363,6 +399,101 @@ export class ChatSync {
         }
     }
 
+    /**
+     * Once per chat and page load: delete what the sidecar holds of this chat that the chat no
+     * longer has (messages deleted while the page was closed or the sidecar down). Skipped, and
+     * tried again next time, when the sidecar cannot list ids; a sidecar without the route never
+     * gets asked again.
+     */
+    async deleteOrphans(client, chatId, records) {
+        const ledger = this.ledger(chatId);
+        if (ledger.reconciled || this.deps.features?.known?.messageIds === false) return;
+        let answer;
+        try {
+            answer = await client.listMessageIds(chatId);
+        } catch (error) {
+            if (isMissingRoute(error)) {
+                this.deps.features?.note('messageIds', false);
+                ledger.reconciled = true;
+                return;
+            }
+            if (error?.status === 404) { // the chat is new to the sidecar: nothing to reconcile
+                ledger.reconciled = true;
+                return;
+            }
+            throw error;
+        }
+        const orphans = orphanIds(idsFromListing(answer), records.map(r => r.id));
+        for (const id of orphans) {
+            await client.deleteMessage(chatId, id).catch(err => {
+                if (err?.status !== 404) throw err;
+            });
+            ledger.markDeleted([id]);
+        }
+        ledger.reconciled = true;
+    }
+
+    /**
+     * SillyTavern renamed a chat file (CHAT_RENAMED). It reopens the chat under its new id before
+     * telling us, so by the time this runs the new id usually exists in the sidecar as a fresh
+     * copy: that copy is dropped and the old chat (with its summaries and sessions) renamed onto it.
+     * @param {string} oldId
+     * @param {string} newId
+     */
+    renameChat(oldId, newId) {
+        if (!oldId || !newId || oldId === newId) return Promise.resolve();
+        moveKey(this.pendingRollbacks, oldId, newId);
+        moveKey(this.pendingDeletes, oldId, newId);
+        return this.enqueue('CHAT_RENAMED', async () => {
+            const client = this.deps.getClient();
+            try {
+                await client.renameChat(oldId, newId);
+            } catch (error) {
+                if (isMissingRoute(error)) return; // an older sidecar: the new id lives on as a new chat
+                if (error?.status === 404) return; // the old chat never reached the sidecar
+                if (error?.status !== 409) throw error;
+                await client.deleteChat(newId);
+                await client.renameChat(oldId, newId);
+            }
+            this.ledgers.delete(oldId);
+            this.registered.delete(oldId);
+            // What the sidecar holds under the new id is now the old chat's copy: send everything again.
+            this.ledger(newId).sent.clear();
+            this.registered.delete(newId);
+        });
+    }
+
+    /** SillyTavern deleted a chat (CHAT_DELETED / GROUP_CHAT_DELETED): delete it in the sidecar too. */
+    deleteChat(chatId) {
+        if (!chatId) return Promise.resolve();
+        this.pendingRollbacks.delete(chatId);
+        this.pendingDeletes.delete(chatId);
+        return this.enqueue('CHAT_DELETED', async () => {
+            await this.deps.getClient().deleteChat(chatId).catch(err => {
+                if (err?.status !== 404 && !isMissingRoute(err)) throw err;
+            });
+            this.ledgers.delete(chatId);
+            this.registered.delete(chatId);
+        });
+    }
+
+    /**
+     * A character card was renamed (CHARACTER_RENAMED gives the old and new avatar file names):
+     * move the sidecar's character and its memories to the new id (rename.js).
+     * @param {string} oldAvatar
+     * @param {string} newAvatar
+     * @param {() => string|undefined} newName the card's new name, read when the move runs
+     */
+    renameCharacter(oldAvatar, newAvatar, newName = () => undefined) {
+        if (!oldAvatar || !newAvatar || oldAvatar === newAvatar) return Promise.resolve();
+        return this.enqueue('CHARACTER_RENAMED', async () => {
+            await moveCharacter(this.deps.getClient(), oldAvatar, newAvatar, newName());
+            this.knownCharacters.delete(oldAvatar);
+            this.knownCharacters.add(newAvatar);
+            this.registered.clear(); // member lists name the new id from the next sync on
+        });
+    }
+
     /** A character card was deleted in SillyTavern: delete it in the sidecar (RV6: its memories turn global). */
     deleteCharacter(avatar) {
         if (!avatar) return Promise.resolve();
@@ -373,6 +504,36 @@ export class ChatSync {
             this.knownCharacters.delete(avatar);
         });
     }
+}
+
+/**
+ * Message ids from `GET /v1/chats/{id}/messages?ids_only=true`: `{ids: [...]}`, or the list
+ * wrapping of API.md (`{messages: [{id}, ...]}`).
+ * @param {any} answer
+ * @returns {string[]}
+ */
+export function idsFromListing(answer) {
+    const raw = Array.isArray(answer?.ids) ? answer.ids : Array.isArray(answer?.messages) ? answer.messages : [];
+    return raw.map(x => (typeof x === 'string' ? x : x?.id)).filter(x => typeof x === 'string' && x);
+}
+
+/**
+ * Ids the sidecar holds that the chat no longer sends.
+ * @param {string[]} held ids in the sidecar
+ * @param {string[]} current ids the chat sends now
+ */
+export function orphanIds(held, current) {
+    const keep = new Set(current);
+    return held.filter(id => !keep.has(id));
+}
+
+function moveKey(map, from, to) {
+    const value = map.get(from);
+    if (!value) return;
+    map.delete(from);
+    const target = map.get(to) ?? new Set();
+    for (const v of value) target.add(v);
+    map.set(to, target);
 }
 
 function addTo(map, key, value) {
