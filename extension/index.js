@@ -242,7 +242,8 @@ async function addSettingsDrawer() {
 async function readInstallConfig() {
     let file;
     try {
-        const response = await fetch(new URL(INSTALL_CONFIG_FILE, import.meta.url), { cache: 'no-store' });
+        // Beside our folder (extensions/chronicler.config.json), never inside it: see server_plugin/install.py.
+        const response = await fetch(new URL(`../${INSTALL_CONFIG_FILE}`, import.meta.url), { cache: 'no-store' });
         if (!response.ok) return;
         file = await response.json();
     } catch {

@@ -39,7 +39,7 @@ export const DEFAULTS = Object.freeze({
     workerMaxPollMs: 60000,
 });
 
-/** The file `chronicler install-extension` writes beside the extension (URL and token of the sidecar). */
+/** The file `chronicler install-extension` writes beside the extension folder (URL and token of the sidecar). */
 export const INSTALL_CONFIG_FILE = 'chronicler.config.json';
 
 /**
