@@ -154,9 +154,9 @@ export class SidecarClient {
         return this.request('POST', `/v1/chats/${pathId(chatId)}/turns/${pathId(turnId)}/rollback`, { ...options, body: {} });
     }
 
-    /** The ids the sidecar holds for a chat (orphan reconciliation). */
-    listMessageIds(chatId, options) {
-        return this.request('GET', `/v1/chats/${pathId(chatId)}/messages${queryString({ ids_only: true })}`, options);
+    /** One page of the ids the sidecar holds for a chat: `{ids, total, offset, limit}` (orphan reconciliation). */
+    listMessageIds(chatId, offset = 0, options) {
+        return this.request('GET', `/v1/chats/${pathId(chatId)}/messages${queryString({ ids_only: true, offset: offset || undefined })}`, options);
     }
     renameChat(chatId, newId, options) {
         return this.request('POST', `/v1/chats/${pathId(chatId)}/rename`, { ...options, body: { new_id: newId } });

@@ -68,14 +68,31 @@ export function toIso(sendDate, fallback) {
 }
 
 /**
- * Who spoke a message, as a sidecar character id (avatar file name): SillyTavern stamps group
- * replies with `original_avatar`; in a one-character chat every reply is that character's.
- * User messages have no speaker id (the persona is not a character card).
+ * The persona a user message was sent as: SillyTavern locks it in `force_avatar` as a thumbnail
+ * URL (`/thumbnail?type=persona&file=<avatar>`). Undefined when the message does not say.
+ * @param {object} message
+ */
+export function personaOf(message) {
+    const url = typeof message?.force_avatar === 'string' ? message.force_avatar : '';
+    if (!url.includes('type=persona')) return undefined;
+    try {
+        const file = new URL(url, 'http://x.invalid').searchParams.get('file');
+        return file || undefined;
+    } catch {
+        return undefined;
+    }
+}
+
+/**
+ * Who spoke a message, as a sidecar id (avatar file name): SillyTavern stamps group replies with
+ * `original_avatar`; in a one-character chat every reply is that character's; a user message is
+ * its persona's (API: "the persona's id for a user message"), when SillyTavern recorded one.
  * @param {object} message
  * @param {string|undefined} defaultSpeaker the chat's character in a one-character chat
  */
 export function speakerOf(message, defaultSpeaker) {
-    if (!message || message.is_user) return undefined;
+    if (!message) return undefined;
+    if (message.is_user) return personaOf(message);
     const avatar = typeof message.original_avatar === 'string' && message.original_avatar ? message.original_avatar : undefined;
     return avatar ?? defaultSpeaker ?? undefined;
 }
@@ -408,9 +425,9 @@ export class ChatSync {
     async deleteOrphans(client, chatId, records) {
         const ledger = this.ledger(chatId);
         if (ledger.reconciled || this.deps.features?.known?.messageIds === false) return;
-        let answer;
+        let held;
         try {
-            answer = await client.listMessageIds(chatId);
+            held = await listAllIds(client, chatId);
         } catch (error) {
             if (isMissingRoute(error)) {
                 this.deps.features?.note('messageIds', false);
@@ -423,7 +440,7 @@ export class ChatSync {
             }
             throw error;
         }
-        const orphans = orphanIds(idsFromListing(answer), records.map(r => r.id));
+        const orphans = orphanIds(held, records.map(r => r.id));
         for (const id of orphans) {
             await client.deleteMessage(chatId, id).catch(err => {
                 if (err?.status !== 404) throw err;
@@ -515,6 +532,22 @@ export class ChatSync {
 export function idsFromListing(answer) {
     const raw = Array.isArray(answer?.ids) ? answer.ids : Array.isArray(answer?.messages) ? answer.messages : [];
     return raw.map(x => (typeof x === 'string' ? x : x?.id)).filter(x => typeof x === 'string' && x);
+}
+
+/**
+ * Every id the sidecar holds for a chat, page by page (`{ids, total, offset, limit}`).
+ * @param {{listMessageIds: (chatId: string, offset: number) => Promise<any>}} client
+ * @param {string} chatId
+ */
+export async function listAllIds(client, chatId) {
+    const all = [];
+    for (;;) {
+        const answer = await client.listMessageIds(chatId, all.length);
+        const page = idsFromListing(answer);
+        all.push(...page);
+        const total = Number.isInteger(answer?.total) ? answer.total : all.length;
+        if (!page.length || all.length >= total) return all;
+    }
 }
 
 /**

@@ -79,11 +79,13 @@ export class FakeSidecar {
         for (const [id, m] of this.memories) if (m.turn_id === turnId && !m.pinned) this.memories.delete(id);
         return {};
     }
-    async listMessageIds(chatId) {
-        this.record('listMessageIds', chatId);
+    async listMessageIds(chatId, offset = 0) {
+        this.record('listMessageIds', chatId, offset);
         const chat = this.chats.get(chatId);
         if (!chat) throw new SidecarError({ status: 404, code: 'chat_not_found', message: 'no chat' });
-        return { ids: [...chat.messages.keys()] };
+        const ids = [...chat.messages.keys()];
+        const limit = this.pageSize ?? 1000;
+        return { ids: ids.slice(offset, offset + limit), total: ids.length, offset, limit };
     }
     async renameChat(oldId, newId) {
         this.record('renameChat', oldId, newId);

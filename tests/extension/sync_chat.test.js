@@ -51,6 +51,12 @@ test('dc2: records carry the speaker (the card\'s avatar) and the message\'s pos
     ]);
 });
 
+test('dc2: a user message names the persona it was sent as (SillyTavern\'s persona thumbnail)', () => {
+    const user = { ...msg('u', { user: true }), force_avatar: '/thumbnail?type=persona&file=user%20one.png' };
+    assert.equal(speakerOf(user, 'Seraphina.png'), 'user one.png');
+    assert.equal(speakerOf({ ...user, force_avatar: 'img/user.png' }, 'Seraphina.png'), undefined);
+});
+
 test('rv5: in a group each reply names its own speaker (SillyTavern\'s original_avatar)', () => {
     assert.equal(speakerOf(msg('a', { avatar: 'Luke.png', name: 'Luke' }), undefined), 'Luke.png');
     assert.equal(speakerOf(msg('u', { user: true }), 'Seraphina.png'), undefined);
@@ -80,6 +86,17 @@ test('dc2: orphans â€” messages the sidecar holds that the chat no longer has â€
     await s.sync.syncCurrentChat('MESSAGE_SENT').done;
     assert.equal(sidecar.names().includes('listMessageIds'), false, 'asked once per chat and page load');
     assert.deepEqual(s.errors, []);
+});
+
+test('dc2: orphan reconciliation reads every page of ids', async () => {
+    const sidecar = new FakeSidecar();
+    sidecar.pageSize = 2;
+    await sidecar.putChat('Seraphina - 1', { member_ids: ['Seraphina.png'] });
+    await sidecar.upsertMessages('Seraphina - 1', ['a', 'b', 'c', 'd', 'e'].map(id => ({ id })));
+    const s = setup({ chat: [msg('c', { user: true })], sidecar });
+    await s.sync.syncCurrentChat('CHAT_CHANGED').done;
+    assert.deepEqual(sidecar.calls.filter(c => c[0] === 'listMessageIds').map(c => c[2]), [0, 2, 4]);
+    assert.deepEqual([...sidecar.chats.get('Seraphina - 1').messages.keys()], ['c']);
 });
 
 test('dc2: a sidecar without the ids route is not asked again, and syncing goes on', async () => {
