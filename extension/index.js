@@ -1,7 +1,7 @@
 // Chronicler for SillyTavern: wiring only. Rules live in src/; SillyTavern is reached only through
 // SillyTavern.getContext(), the sidecar only through src/client.js.
 
-import { SidecarClient } from './src/client.js';
+import { SidecarClient, isMissingRoute } from './src/client.js';
 import { registerCommands } from './src/commands.js';
 import { testConnection } from './src/connection.js';
 import { Features } from './src/features.js';
@@ -51,8 +51,18 @@ function toast(kind, text, options = {}) {
     globalThis.toastr?.[kind](text, 'Chronicler', { preventDuplicates: true, ...options });
 }
 
+// A route this sidecar lacks is not an outage: say so once per page load, not on every turn.
+let missingRouteTold = false;
+
+function tellMissingRoute(error) {
+    if (missingRouteTold) return;
+    missingRouteTold = true;
+    toast('warning', outageMessage(error), { timeOut: 8000 });
+}
+
 function notifyFailure(error, what = 'context') {
     console.warn(`[Chronicler] ${what} failed:`, error);
+    if (isMissingRoute(error)) return tellMissingRoute(error);
     if (notifier.failed(error)) toast('warning', outageMessage(error), { timeOut: 8000 });
 }
 
@@ -66,7 +76,8 @@ const features = new Features({ getClient: () => client() });
 const state = {
     turns: { current: null },
     injected: { keys: new Set() },
-    stats: { timings: new RingBuffer(200), lastReport: null, lastError: null, lastTrimmed: 0 },
+    // timings: each intercepted generation, ms; handlers: each event handler's synchronous part, ms.
+    stats: { timings: new RingBuffer(200), handlers: new RingBuffer(400), lastReport: null, lastError: null, lastTrimmed: 0 },
     notifier,
     features,
 };
@@ -91,6 +102,7 @@ globalThis.chroniclerInterceptor = createInterceptor({
     notifyFailure,
     notifySuccess,
     stats: state.stats,
+    features,
 });
 globalThis.chronicler = state;
 
@@ -100,15 +112,21 @@ function enabled() {
 
 function refreshFeatures(force = false) {
     if (!enabled()) return Promise.resolve();
-    return features.refresh({ force }).then(() => {
+    return features.refresh({ force }).then((known) => {
         refreshPanel?.();
         startWorker();
+        if (known.context === false) {
+            tellMissingRoute({ status: 404, code: 'not_found', message: 'It has no POST /v1/context.' });
+        }
     });
 }
 
 function syncNow(what) {
     if (!enabled()) return;
+    const started = performance.now();
     const { assigned } = sync.syncCurrentChat(what);
+    // The synchronous part holds up SillyTavern's event flow (handlers are awaited): measure it.
+    state.stats.handlers.push(performance.now() - started);
     // New ids must reach the chat file. SillyTavern saves a user's message *before* MESSAGE_SENT
     // (and an existing chat may never be saved again), so ask for a save whenever ids were given;
     // the debounced save is skipped if the chat changes meanwhile.

@@ -4,6 +4,7 @@
 // It fails open: on a timeout or any error the generation goes on exactly as without the
 // extension, and the user sees one toast per outage (OutageNotifier), not one per turn.
 
+import { isMissingRoute } from './client.js';
 import { applyPrompts, blocksToPrompts, clearPrompts } from './inject.js';
 import { chatMembers, messageId, messageTurn } from './sync.js';
 
@@ -123,6 +124,7 @@ export class RingBuffer {
  *   notifyFailure: (error: Error) => void,
  *   notifySuccess: () => void,
  *   stats: {timings: RingBuffer, lastReport: any, lastError: any, lastTrimmed: number},
+ *   features?: {known: Record<string, boolean|undefined>, note: (name: string, exists: boolean) => void},
  * }} deps
  */
 export function createInterceptor(deps) {
@@ -143,8 +145,14 @@ export function createInterceptor(deps) {
         });
         deps.turns.current = { id: plan.turnId, chatId };
         for (const turnId of plan.rollback) deps.sync.rollback(chatId, turnId);
-        // Let pending syncs (the user's new message, a regenerate's rollback) land first.
-        await deps.sync.idle(remaining());
+        // A sidecar without the context route: nothing to ask (the user was told once).
+        if (deps.features?.known?.context === false) {
+            deps.stats.timings.push(performance.now() - started);
+            return;
+        }
+        // Let pending syncs (the user's new message, a swipe's rollback) land first, but leave the
+        // context call the rest of the time limit.
+        await deps.sync.idle(Math.min(settings.syncWaitMs, remaining()));
 
         try {
             const { activeMemberIds, isGroup } = chatMembers(ctx);
@@ -164,6 +172,7 @@ export function createInterceptor(deps) {
             clearPrompts(ctx.setExtensionPrompt, deps.injected.keys);
             deps.injected.keys = new Set();
             deps.stats.lastError = error;
+            if (isMissingRoute(error)) deps.features?.note('context', false);
             deps.notifyFailure(error);
         } finally {
             deps.stats.timings.push(performance.now() - started);

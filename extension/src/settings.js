@@ -18,6 +18,8 @@ export const DEFAULTS = Object.freeze({
     token: '',
     // The per-turn context call must not hold up a generation for long: past this it fails open.
     contextTimeoutMs: 1500,
+    // Of that time, how long to wait for pending syncs (the new message, a swipe's rollback) first.
+    syncWaitMs: 750,
     // Every other call to the sidecar (sync, rollback, health).
     requestTimeoutMs: 10000,
     // How many messages one upsert request carries.
@@ -53,6 +55,7 @@ export function withDefaults(stored) {
         if (typeof out[key] !== typeof value || out[key] === null) out[key] = value;
     }
     if (!Number.isFinite(out.contextTimeoutMs) || out.contextTimeoutMs <= 0) out.contextTimeoutMs = DEFAULTS.contextTimeoutMs;
+    if (!Number.isFinite(out.syncWaitMs) || out.syncWaitMs < 0) out.syncWaitMs = DEFAULTS.syncWaitMs;
     if (!Number.isFinite(out.requestTimeoutMs) || out.requestTimeoutMs <= 0) out.requestTimeoutMs = DEFAULTS.requestTimeoutMs;
     if (!Number.isInteger(out.syncBatchSize) || out.syncBatchSize <= 0) out.syncBatchSize = DEFAULTS.syncBatchSize;
     if (!['sidecar', 'sillytavern'].includes(out.llmMode)) out.llmMode = DEFAULTS.llmMode;

@@ -19,7 +19,7 @@ import pytest
 
 from tests.e2e.sidecar import Sidecar, sidecar_available
 from tests.e2e.st import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, SillyTavernServer, STPage,
-                          ensure_sillytavern, free_port, prepare_data_root)
+                          configure_chronicler, ensure_sillytavern, free_port, prepare_data_root)
 from tests.fakellm import FakeLLM
 
 EXTENSION_SRC = REPO_ROOT / "extension"
@@ -110,15 +110,21 @@ def _artifact_dir(request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture
-def st(browser: object, st_server: SillyTavernServer, fake: FakeLLM,
+def st(browser: object, st_server: SillyTavernServer, fake: FakeLLM, closed_port: int,
        request: pytest.FixtureRequest) -> Iterator[STPage]:
-    """A fresh, ready SillyTavern page (desktop size); the fake model's log starts empty."""
+    """A fresh, ready SillyTavern page (desktop size); the fake model's log starts empty.
+
+    SillyTavern saves its settings on its own, so whatever an earlier test configured may be stored:
+    every test starts from the same state (no sidecar, no function calling) and changes it itself.
+    """
     fake.reset()
     context = browser.new_context(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
     page = context.new_page()
     st_page = STPage(page, st_server.url, _artifact_dir(request))
     try:
         st_page.open()
+        st_page.evaluate("() => { SillyTavern.getContext().chatCompletionSettings.function_calling = false; }")
+        configure_chronicler(st_page, sidecarUrl=f"http://127.0.0.1:{closed_port}", token="")
         yield st_page
     finally:
         if st_page.console:

@@ -104,18 +104,20 @@ def st_settings(package: Path, llm_url: str, extension_settings: dict[str, Any] 
     return settings
 
 
-def prepare_data_root(root: Path, package: Path, llm_url: str, extension_src: Path,
+def prepare_data_root(root: Path, package: Path, llm_url: str, extension_src: Path | None,
                       extension_settings: dict[str, Any] | None = None, stream: bool = True) -> None:
     """Lay out a fresh SillyTavern data root: settings, our extension, a shared front-end build cache.
 
     SillyTavern compiles its front-end bundle into `<dataRoot>/_webpack` (about 25 s the first time);
-    linking that folder to the cache makes later runs start in a few seconds.
+    linking that folder to the cache makes later runs start in a few seconds. With `extension_src`
+    None the extension is not copied (a test installs it with `chronicler install-extension`).
     """
     user = root / "default-user"
     user.mkdir(parents=True, exist_ok=True)
     settings = st_settings(package, llm_url, extension_settings, stream)
     (user / "settings.json").write_text(json.dumps(settings, indent=2))
-    install_extension(root, extension_src)
+    if extension_src is not None:
+        install_extension(root, extension_src)
     webpack = package.parent.parent / "webpack-cache"
     webpack.mkdir(exist_ok=True)
     link = root / "_webpack"
@@ -422,6 +424,15 @@ class STPage:
     def recorded_toasts(self) -> list[str]:
         """Toasts seen since record_toasts()."""
         return self.evaluate("() => window.__toastLog ?? []")
+
+
+def save_settings(st: STPage) -> None:
+    """Save SillyTavern's settings now and wait until the server has them (SETTINGS_UPDATED)."""
+    st.evaluate("""() => new Promise(resolve => {
+        const ctx = SillyTavern.getContext();
+        ctx.eventSource.once(ctx.eventTypes.SETTINGS_UPDATED, resolve);
+        ctx.saveSettingsDebounced();
+    })""")
 
 
 def configure_chronicler(st: STPage, **values: Any) -> None:
