@@ -214,8 +214,10 @@ function currentPlace() {
 // --- the client LLM worker ---------------------------------------------------------------------
 const worker = new JobWorker({
     claim: () => client().claimJob({}),
-    complete: (id, text) => client().completeJob(id, text),
+    complete: (id, text, attempt) => client().completeJob(id, text, attempt),
+    fail: (id, error, attempt) => client().failJob(id, error, { retryable: true, attempt }),
     generate: (args) => ctx().generateRaw(args),
+    useSchema: () => settings().jobJsonSchema,
     isActive: () => {
         const s = settings();
         return s.enabled && s.llmMode === 'sillytavern' && features.has('jobs');

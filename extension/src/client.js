@@ -177,8 +177,15 @@ export class SidecarClient {
     endSession(chatId, options) { return this.request('POST', `/v1/chats/${pathId(chatId)}/sessions/end`, { ...options, body: {} }); }
 
     claimJob(body = {}, options) { return this.request('POST', '/v1/jobs/claim', { ...options, body }); }
-    completeJob(id, text, options) {
-        return this.request('POST', `/v1/jobs/${pathId(id)}/complete`, { ...options, body: { text } });
+    completeJob(id, text, attempt, options) {
+        const body = { text };
+        if (Number.isInteger(attempt)) body.attempt = attempt;
+        return this.request('POST', `/v1/jobs/${pathId(id)}/complete`, { ...options, body });
+    }
+    failJob(id, error, { retryable = true, attempt } = {}, options) {
+        const body = { error: String(error).slice(0, 2000) || 'failed', retryable };
+        if (Number.isInteger(attempt)) body.attempt = attempt;
+        return this.request('POST', `/v1/jobs/${pathId(id)}/fail`, { ...options, body });
     }
 
     context(body, options) { return this.request('POST', '/v1/context', { ...options, body }); }

@@ -110,8 +110,9 @@ export async function sessionEndCommand(deps) {
     const here = deps.where();
     if (!here.chatId) throw new CommandError('Open a chat first.');
     const answer = await deps.getClient().endSession(here.chatId);
-    const session = answer?.session ?? answer;
-    const n = session?.n;
+    const session = answer && 'session' in answer ? answer.session : answer;
+    if (!session) return { value: '', message: 'No session is open in this chat (it starts with the next message).' };
+    const n = session.n;
     return { value: n === undefined ? '' : String(n), message: n === undefined ? 'Session ended.' : `Session ${n} ended; its summary is being written.` };
 }
 

@@ -39,6 +39,9 @@ export const DEFAULTS = Object.freeze({
     workerIdleMs: 5000,
     workerPollMs: 5000,
     workerMaxPollMs: 60000,
+    // Pass a job's JSON schema to SillyTavern (structured output). Off: many local backends reject it,
+    // and the sidecar's prompts ask for the format and parse strictly anyway.
+    jobJsonSchema: false,
 });
 
 /** The file `chronicler install-extension` writes beside the extension folder (URL and token of the sidecar). */

@@ -21,11 +21,14 @@ import { neutraliseMacros } from './macros.js';
  * - Its `jsonSchema` is SillyTavern's wrapper `{name, value, description?, strict?, returnInvalid?}`;
  *   a bare JSON Schema from the sidecar is wrapped. `returnInvalid: true` so an answer that is not
  *   valid JSON comes back as text for the sidecar's strict parser to judge (otherwise SillyTavern
- *   returns "{}"), and `strict: false` because OpenAI's strict mode rejects most schemas.
+ *   returns "{}"), and `strict: false` because OpenAI's strict mode rejects most schemas. It is sent
+ *   only when `useSchema` (many local backends reject structured output; the prompts ask for the
+ *   format and the sidecar parses strictly either way), and never an empty schema.
  * @param {{systemPrompt?: string, prompt?: string, responseLength?: number, jsonSchema?: any}} request
  * @param {string} [kind] the job's kind, for the schema's name
+ * @param {boolean} [useSchema]
  */
-export function generateRawArgs(request, kind = 'job') {
+export function generateRawArgs(request, kind = 'job', useSchema = true) {
     const args = {
         systemPrompt: neutraliseMacros(String(request?.systemPrompt ?? '')),
         prompt: neutraliseMacros(String(request?.prompt ?? '')),
@@ -33,18 +36,22 @@ export function generateRawArgs(request, kind = 'job') {
     const length = Number(request?.responseLength);
     if (Number.isInteger(length) && length > 0) args.responseLength = length;
     const schema = request?.jsonSchema;
-    if (schema && typeof schema === 'object') {
+    if (useSchema && schema && typeof schema === 'object') {
         const wrapped = schema.value && typeof schema.value === 'object' && typeof schema.name === 'string';
-        args.jsonSchema = wrapped
-            ? { strict: false, returnInvalid: true, ...schema }
-            : { name: schemaName(kind), value: schema, strict: false, returnInvalid: true };
+        const value = wrapped ? schema.value : schema;
+        if (Object.keys(value).length) {
+            args.jsonSchema = wrapped
+                ? { strict: false, ...schema, name: schemaName(schema.name), returnInvalid: true }
+                : { name: schemaName(kind), value, strict: false, returnInvalid: true };
+        }
     }
     return args;
 }
 
 /** A schema name OpenAI accepts: letters, digits, _ and -, at most 64. */
 export function schemaName(kind) {
-    return `chronicler_${String(kind ?? 'job').replace(/[^A-Za-z0-9_-]/g, '_')}`.slice(0, 64);
+    const name = String(kind ?? 'job').replace(/[^A-Za-z0-9_-]/g, '_');
+    return (name.startsWith('chronicler_') ? name : `chronicler_${name}`).slice(0, 64);
 }
 
 /** The job inside a claim answer (`{job: {...}}` or `{job: null}`), or null. */
@@ -57,8 +64,10 @@ export class JobWorker {
     /**
      * @param {{
      *   claim: () => Promise<any>,                       // POST /v1/jobs/claim
-     *   complete: (id: string, text: string) => Promise<any>,
+     *   complete: (id: string, text: string, attempt?: number) => Promise<any>,
+     *   fail: (id: string, error: string, attempt?: number) => Promise<any>, // the job could not run here
      *   generate: (args: object) => Promise<string>,     // SillyTavern's generateRaw
+     *   useSchema?: () => boolean,                       // pass the job's JSON schema to generateRaw
      *   isActive: () => boolean,                         // mode, enable switch, route present
      *   isGenerating: () => boolean,                     // SillyTavern busy with the user's generation
      *   onStop: (error: Error) => void,                  // tell the user (called once per stop)
@@ -157,14 +166,23 @@ export class JobWorker {
 
     /** Claim one job and run it; returns ms until the next step. */
     async runOne() {
-        const job = jobFrom(await this.deps.claim());
+        const answer = await this.deps.claim();
+        this.stats.mode = answer?.mode ?? null; // not 'client': the sidecar runs its jobs itself
+        const job = jobFrom(answer);
         if (!job) {
             this.stats.empty += 1;
             return this.backoff();
         }
         this.stats.lastJob = job.id;
-        const text = await this.deps.generate(generateRawArgs(job.request, job.kind));
-        await this.deps.complete(job.id, String(text ?? ''));
+        let text;
+        try {
+            text = await this.deps.generate(generateRawArgs(job.request, job.kind, this.deps.useSchema?.() ?? true));
+        } catch (error) {
+            // Hand the job back at once (it is retried later, maybe by the sidecar's own worker).
+            await this.deps.fail?.(job.id, error?.message ?? String(error), job.attempt).catch(() => {});
+            throw error;
+        }
+        await this.deps.complete(job.id, String(text ?? ''), job.attempt);
         this.stats.done += 1;
         this.delay = 0;
         return 250; // more may be waiting; the idle check runs again first

@@ -71,6 +71,9 @@ test('sw2: /session-end closes the open chat\'s session and names its number', a
     assert.equal(out.value, '1');
     assert.match(out.message, /Session 1 ended/);
     await assert.rejects(sessionEndCommand(deps({ ...SINGLE, chatId: undefined })), /Open a chat first/);
+    const idle = deps();
+    idle.sidecar.endSession = async () => ({ session: null }); // the sidecar: no session open
+    assert.match((await sessionEndCommand(idle)).message, /No session is open/);
 });
 
 test('dc2: registerCommands adds /remember, /recall and /session-end with help strings and arguments', async () => {

@@ -168,11 +168,11 @@ export class FakeSidecar {
     }
     async claimJob(body) {
         this.record('claimJob', body);
-        return { job: this.jobs.shift() ?? null };
+        return { job: this.jobs.shift() ?? null, mode: 'client' };
     }
-    async completeJob(id, text) {
-        this.record('completeJob', id, text);
-        this.completed.push({ id, text });
+    async completeJob(id, text, attempt) {
+        this.record('completeJob', id, text, attempt);
+        this.completed.push({ id, text, attempt });
         return { job: { id, state: 'done' } };
     }
     async request(method, path, options) {

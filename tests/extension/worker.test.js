@@ -32,7 +32,7 @@ function clock() {
     };
 }
 
-function setup({ generating = false, active = true, generate } = {}) {
+function setup({ generating = false, active = true, generate, failJob } = {}) {
     const time = clock();
     const sidecar = new FakeSidecar();
     const generated = [];
@@ -40,7 +40,8 @@ function setup({ generating = false, active = true, generate } = {}) {
     const state = { generating, active };
     const worker = new JobWorker({
         claim: () => sidecar.claimJob({}),
-        complete: (id, text) => sidecar.completeJob(id, text),
+        complete: (id, text, attempt) => sidecar.completeJob(id, text, attempt),
+        fail: failJob,
         generate: generate ?? (async (args) => { generated.push(args); return `summary of ${args.prompt}`; }),
         isActive: () => state.active,
         isGenerating: () => state.generating,
@@ -52,7 +53,7 @@ function setup({ generating = false, active = true, generate } = {}) {
 }
 
 const JOB = (id, prompt = 'the chunk') => ({
-    id, kind: 'summary', lease_until: '2030-01-01T00:00:00Z',
+    id, kind: 'summary', attempt: 1, lease_until: '2030-01-01T00:00:00Z',
     request: { systemPrompt: 'You summarise.', prompt, responseLength: 300, jsonSchema: null },
 });
 
@@ -62,7 +63,8 @@ test('dc2: a claimed job runs through generateRaw and its text is completed on t
     s.worker.start();
     await s.time.advance(0);
     assert.deepEqual(s.generated, [{ systemPrompt: 'You summarise.', prompt: 'the chunk', responseLength: 300 }]);
-    assert.deepEqual(s.sidecar.completed, [{ id: 'j1', text: 'summary of the chunk' }]);
+    assert.deepEqual(s.sidecar.completed, [{ id: 'j1', text: 'summary of the chunk', attempt: 1 }]);
+    assert.equal(s.worker.stats.mode, 'client');
     assert.equal(s.worker.stats.done, 1);
 });
 
@@ -139,14 +141,19 @@ test('dc2: the sidecar unreachable means back off quietly, not stop', async () =
     assert.equal(s.sidecar.completed.length, 1);
 });
 
-test('dc2: a failing model call stops the worker with exactly one notice', async () => {
-    const s = setup({ generate: async () => { throw new Error('401 from the model'); } });
+test('dc2: a failing model call hands the job back, then stops the worker with exactly one notice', async () => {
+    const failed = [];
+    const s = setup({
+        generate: async () => { throw new Error('401 from the model'); },
+        failJob: async (...args) => { failed.push(args); },
+    });
     s.sidecar.jobs.push(JOB('j1'), JOB('j2'));
     s.worker.start();
     await s.time.advance(60000);
     assert.equal(s.stops.length, 1);
     assert.match(s.stops[0].message, /401 from the model/);
     assert.deepEqual(s.sidecar.names(), ['claimJob'], 'no further claims after the stop');
+    assert.deepEqual(failed, [['j1', '401 from the model', 1]]);
     assert.deepEqual(s.time.pending(), []);
     s.worker.start(); // the user switched it on again
     await s.time.advance(0);
@@ -169,8 +176,11 @@ test('dc2: generateRaw gets literal text (macros neutralised) and SillyTavern\'s
     assert.equal(args.systemPrompt.replace(/\u2060/g, ''), 'Sys {{char}}');
     assert.equal(args.responseLength, 120);
     assert.deepEqual(args.jsonSchema, { name: 'chronicler_summary_recent', value: schema, strict: false, returnInvalid: true });
-    const wrapped = generateRawArgs({ prompt: 'p', jsonSchema: { name: 'given', value: schema, strict: true } });
-    assert.deepEqual(wrapped.jsonSchema, { name: 'given', value: schema, strict: true, returnInvalid: true });
+    // The sidecar's own shape ({name, strict, value}: prompts.py for_client) is kept, name made safe.
+    const wrapped = generateRawArgs({ prompt: 'p', jsonSchema: { name: 'session summary', value: schema, strict: true } });
+    assert.deepEqual(wrapped.jsonSchema, { name: 'chronicler_session_summary', value: schema, strict: true, returnInvalid: true });
+    assert.equal('jsonSchema' in generateRawArgs({ prompt: 'p', jsonSchema: { name: 'x', strict: false, value: {} } }), false, 'never an empty schema');
+    assert.equal('jsonSchema' in generateRawArgs({ prompt: 'p', jsonSchema: schema }, 'k', false), false, 'switched off');
     assert.deepEqual(generateRawArgs({ prompt: 'p', responseLength: 0, jsonSchema: null }), { systemPrompt: '', prompt: 'p' });
     assert.equal(schemaName('x'.repeat(100)).length, 64);
 });
