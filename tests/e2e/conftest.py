@@ -18,11 +18,12 @@ from typing import Iterator
 import pytest
 
 from tests.e2e.sidecar import Sidecar, sidecar_available
-from tests.e2e.st import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, SillyTavernServer, STPage,
-                          configure_chronicler, ensure_sillytavern, free_port, prepare_data_root)
+from tests.e2e.st import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, SillyTavernServer, STPage, add_character,
+                          add_group, configure_chronicler, ensure_sillytavern, free_port, prepare_data_root)
 from tests.fakellm import FakeLLM
 
 EXTENSION_SRC = REPO_ROOT / "extension"
+GROUP_NAME = "Forest Party"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -81,6 +82,10 @@ def st_server(st_package: Path, fake: FakeLLM, closed_port: int,
     prepare_data_root(root, st_package, fake.url, EXTENSION_SRC, extension_settings={
         "chronicler": {"sidecarUrl": f"http://127.0.0.1:{closed_port}", "token": ""},
     })
+    # A second character and a group of both, for group-chat tests (RV5, SW9b).
+    luke = add_character(root, "Luke", "LUKE-CARD: a quiet ranger of the northern woods.",
+                         "*Luke nods from the shadows.* Evening.")
+    add_group(root, GROUP_NAME, ["default_Seraphina.png", luke])
     server = SillyTavernServer(st_package, root)
     server.start()
     yield server

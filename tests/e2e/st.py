@@ -10,9 +10,12 @@ Facts used here are in `shared/SILLYTAVERN.md` (checked against the 1.19.0 packa
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
+import struct
+import zlib
 import os
 import shutil
 import socket
@@ -123,6 +126,49 @@ def prepare_data_root(root: Path, package: Path, llm_url: str, extension_src: Pa
     link = root / "_webpack"
     if not link.exists():
         link.symlink_to(webpack, target_is_directory=True)
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+def card_png(card: dict[str, Any]) -> bytes:
+    """A 1x1 PNG character card: SillyTavern reads the card from its `chara` tEXt chunk (base64 JSON)."""
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)  # 1x1, 8-bit RGB
+    pixels = zlib.compress(b"\x00\x80\x80\x80")
+    text = b"chara\x00" + base64.b64encode(json.dumps(card).encode())
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"tEXt", text)
+            + _png_chunk(b"IDAT", pixels) + _png_chunk(b"IEND", b""))
+
+
+def add_character(root: Path, name: str, description: str, first_mes: str, user: str = "default-user") -> str:
+    """Put a character card into a data root (before SillyTavern starts); returns its avatar file name."""
+    fields = {"name": name, "description": description, "personality": "", "scenario": "",
+              "first_mes": first_mes, "mes_example": ""}
+    card = {**fields, "spec": "chara_card_v2", "spec_version": "2.0",
+            "data": {**fields, "creator_notes": "", "system_prompt": "", "post_history_instructions": "",
+                     "alternate_greetings": [], "tags": [], "creator": "", "character_version": "",
+                     "extensions": {}}}
+    folder = root / user / "characters"
+    folder.mkdir(parents=True, exist_ok=True)
+    avatar = f"{name}.png"
+    (folder / avatar).write_bytes(card_png(card))
+    (root / user / "chats" / name).mkdir(parents=True, exist_ok=True)
+    return avatar
+
+
+def add_group(root: Path, name: str, members: list[str], activation_strategy: int = 1,
+              user: str = "default-user") -> str:
+    """Put a group into a data root (activation 1 = LIST: every member answers, in order); returns its id."""
+    group_id = str(zlib.crc32(name.encode()))
+    group = {"id": group_id, "name": name, "members": members, "avatar_url": "", "allow_self_responses": False,
+             "activation_strategy": activation_strategy, "generation_mode": 0, "disabled_members": [],
+             "fav": False, "chat_id": f"{name} chat", "chats": [f"{name} chat"], "auto_mode_delay": 5,
+             "generation_mode_join_prefix": "", "generation_mode_join_suffix": ""}
+    folder = root / user / "groups"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{group_id}.json").write_text(json.dumps(group, indent=2))
+    return group_id
 
 
 def install_extension(root: Path, extension_src: Path, user: str = "default-user",
@@ -263,6 +309,21 @@ class STPage:
         card.click()
         page.wait_for_function("name => SillyTavern.getContext().name2 === name", arg=name, timeout=15_000)
         page.locator("#chat .mes").first.wait_for(state="visible", timeout=15_000)
+        if page.locator("#right-nav-panel").is_visible():
+            page.locator("#rightNavDrawerIcon").click()
+        self.wait_idle()
+
+    def select_group(self, name: str) -> None:
+        """Open the character list, click the group named `name`, close the drawer again."""
+        page = self.page
+        page.locator("#rightNavDrawerIcon").click()
+        card = page.locator("#rm_print_characters_block .group_select").filter(
+            has=page.locator(".ch_name", has_text=name)).first
+        card.wait_for(state="visible", timeout=15_000)
+        card.click()
+        page.wait_for_function("name => { const c = SillyTavern.getContext();"
+                               " return c.groupId && c.groups.find(g => g.id == c.groupId)?.name === name; }",
+                               arg=name, timeout=15_000)
         if page.locator("#right-nav-panel").is_visible():
             page.locator("#rightNavDrawerIcon").click()
         self.wait_idle()
