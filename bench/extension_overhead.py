@@ -111,11 +111,12 @@ def main() -> None:
                 seed_memories(side, avatar, chat_id, args.memories)
                 st.send("A first turn to warm everything up.")
                 st.evaluate("() => { window.chronicler.stats.timings.items = [];"
-                            " window.chronicler.stats.handlers.items = []; }")
+                            " window.chronicler.stats.handlers.items = []; window.chronicler.stats.parts.items = []; }")
 
                 on = run_turns(st, args.n, "on")
                 stats = st.evaluate("() => ({timings: window.chronicler.stats.timings.items,"
                                     " handlers: window.chronicler.stats.handlers.items,"
+                                    " parts: window.chronicler.stats.parts.items,"
                                     " lastError: String(window.chronicler.stats.lastError ?? ''),"
                                     " features: window.chronicler.features.known,"
                                     " report: window.chronicler.stats.lastReport})")
@@ -137,6 +138,8 @@ def main() -> None:
         "interceptor_ms": summary(timings),
         "handlers_ms_per_generation": summary(per_turn_handlers),
         "extra_ms": summary(extra),
+        "of_which_sync_wait_ms": summary([p["wait"] for p in stats["parts"]]),
+        "of_which_context_call_ms": summary([p["context"] for p in stats["parts"]]),
         "turn_ms_extension_on": summary(on),
         "turn_ms_extension_off": summary(off),
         "sidecar_features": stats["features"],

@@ -77,7 +77,8 @@ const state = {
     turns: { current: null },
     injected: { keys: new Set() },
     // timings: each intercepted generation, ms; handlers: each event handler's synchronous part, ms.
-    stats: { timings: new RingBuffer(200), handlers: new RingBuffer(400), lastReport: null, lastError: null, lastTrimmed: 0 },
+    // parts: of each answered generation, ms spent waiting for syncs and on the context call.
+    stats: { timings: new RingBuffer(200), handlers: new RingBuffer(400), parts: new RingBuffer(200), lastReport: null, lastError: null, lastTrimmed: 0 },
     notifier,
     features,
 };

@@ -153,6 +153,7 @@ export function createInterceptor(deps) {
         // Let pending syncs (the user's new message, a swipe's rollback) land first, but leave the
         // context call the rest of the time limit.
         await deps.sync.idle(Math.min(settings.syncWaitMs, remaining()));
+        const waited = performance.now() - started;
 
         try {
             const { activeMemberIds, isGroup } = chatMembers(ctx);
@@ -160,7 +161,9 @@ export function createInterceptor(deps) {
                 chatId, speakerId, presentIds: isGroup ? activeMemberIds : [speakerId],
                 contextSize, type, chat, memoryBank: settings.memoryBank !== false,
             });
+            const asked = performance.now();
             const answer = await deps.getClient().context(body, { timeoutMs: remaining() });
+            deps.stats.parts?.push({ wait: waited, context: performance.now() - asked });
             deps.notifySuccess();
             deps.stats.lastTrimmed = trimToLive(chat, answer?.live_message_ids);
             const calls = blocksToPrompts(answer?.blocks, settings.injection);
