@@ -150,9 +150,9 @@ export function createInterceptor(deps) {
             deps.stats.timings.push(performance.now() - started);
             return;
         }
-        // Let pending syncs (the user's new message, a swipe's rollback) land first, but leave the
-        // context call the rest of the time limit.
-        await deps.sync.idle(Math.min(settings.syncWaitMs, remaining()));
+        // Let a swipe's or regenerate's rollback (and deletes, a first registration) land first, but
+        // leave the context call the rest of the time limit (ChatSync.settled).
+        await deps.sync.settled(chatId, Math.min(settings.syncWaitMs, remaining()));
         const waited = performance.now() - started;
 
         try {

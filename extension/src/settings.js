@@ -18,7 +18,7 @@ export const DEFAULTS = Object.freeze({
     token: '',
     // The per-turn context call must not hold up a generation for long: past this it fails open.
     contextTimeoutMs: 1500,
-    // Of that time, how long to wait for pending syncs (the new message, a swipe's rollback) first.
+    // Of that time, how long to wait first for a swipe's rollback (and deletes, a chat's registration).
     syncWaitMs: 750,
     // Every other call to the sidecar (sync, rollback, health).
     requestTimeoutMs: 10000,

@@ -295,6 +295,8 @@ export class ChatSync {
         /** @type {Map<string, Set<string>>} chat id -> message ids to delete */
         this.pendingDeletes = new Map();
         this.queue = Promise.resolve();
+        /** @type {Map<string, Promise<void>>} chat id -> last queued task with a rollback, delete or registration */
+        this.critical = new Map();
     }
 
     ledger(chatId) {
@@ -314,9 +316,32 @@ export class ChatSync {
 
     /** Resolves when the queue is empty, or after `ms` (whichever comes first). */
     idle(ms) {
-        let timer;
-        const limit = new Promise(resolve => { timer = setTimeout(resolve, Math.max(0, ms)); });
-        return Promise.race([this.queue, limit]).finally(() => clearTimeout(timer));
+        return raceTimeout(this.queue, ms);
+    }
+
+    /**
+     * Resolves when the work a turn's context depends on has reached the sidecar, or after `ms`:
+     * a swipe's or regenerate's rollback (RV10: the rolled-back memories must not be in the next
+     * prompt), deleted messages, and the chat's first registration. Ordinary upserts are not waited
+     * for: the context request carries the last action itself, so waiting for the new message's
+     * upsert (an embedding on the sidecar) would only add its time to every generation.
+     * @param {string} chatId
+     * @param {number} ms
+     */
+    settled(chatId, ms) {
+        const pending = this.pendingRollbacks.get(chatId)?.size || this.pendingDeletes.get(chatId)?.size
+            || !this.registered.has(chatId);
+        const critical = this.critical.get(chatId);
+        if (!pending && !critical) return Promise.resolve();
+        return raceTimeout(pending ? this.queue : critical, ms);
+    }
+
+    /** Remember the queued task that carries critical work for a chat (see `settled`). */
+    markCritical(chatId, run) {
+        this.critical.set(chatId, run);
+        run.finally(() => {
+            if (this.critical.get(chatId) === run) this.critical.delete(chatId);
+        });
     }
 
     /**
@@ -344,6 +369,7 @@ export class ChatSync {
         const cards = members.memberIds.map(id => ctx.characters?.find(c => c.avatar === id)).filter(Boolean);
         const title = ctx.groupId ? (ctx.groups ?? []).find(g => String(g.id) === String(ctx.groupId))?.name : ctx.name2;
         const done = this.enqueue(what, () => this.push(chatId, { records, members, cards, title }));
+        if (rollbackTurns.length || removed.length || !this.registered.has(chatId)) this.markCritical(chatId, done);
         return { assigned, done };
     }
 
@@ -393,7 +419,9 @@ export class ChatSync {
      */
     rollback(chatId, turnId) {
         addTo(this.pendingRollbacks, chatId, turnId);
-        return this.enqueue('rollback', () => this.drainRollbacks(this.deps.getClient(), chatId));
+        const run = this.enqueue('rollback', () => this.drainRollbacks(this.deps.getClient(), chatId));
+        this.markCritical(chatId, run);
+        return run;
     }
 
     async drainRollbacks(client, chatId) {
@@ -558,6 +586,13 @@ export async function listAllIds(client, chatId) {
 export function orphanIds(held, current) {
     const keep = new Set(current);
     return held.filter(id => !keep.has(id));
+}
+
+/** `promise`, or nothing after `ms` — whichever comes first (never rejects). */
+function raceTimeout(promise, ms) {
+    let timer;
+    const limit = new Promise(resolve => { timer = setTimeout(resolve, Math.max(0, ms)); });
+    return Promise.race([promise.catch(() => {}), limit]).finally(() => clearTimeout(timer));
 }
 
 function moveKey(map, from, to) {

@@ -18,7 +18,13 @@ export class FakeSidecar {
         this.jobs = [];
         this.completed = [];
         this.failNext = null; // a SidecarError to throw on the next call
+        this.delayMs = {}; // method name -> ms it takes (a slow embedding, say)
         this.seq = 0;
+    }
+
+    async slow(name) {
+        const ms = this.delayMs[name];
+        if (ms) await new Promise(resolve => setTimeout(resolve, ms));
     }
 
     record(name, ...args) {
@@ -63,6 +69,7 @@ export class FakeSidecar {
     }
     async upsertMessages(chatId, messages) {
         this.record('upsertMessages', chatId, messages);
+        await this.slow('upsertMessages');
         const chat = this.chats.get(chatId);
         if (!chat) throw new SidecarError({ status: 404, code: 'chat_not_found', message: 'no chat' });
         for (const m of messages) chat.messages.set(m.id, structuredClone(m));
@@ -76,6 +83,7 @@ export class FakeSidecar {
     }
     async rollbackTurn(chatId, turnId) {
         this.record('rollbackTurn', chatId, turnId);
+        await this.slow('rollbackTurn');
         for (const [id, m] of this.memories) if (m.turn_id === turnId && !m.pinned) this.memories.delete(id);
         return {};
     }

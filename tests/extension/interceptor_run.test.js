@@ -36,7 +36,7 @@ function setup({ answer, error, known = {}, idleMs = 0, settings = {} } = {}) {
                 return answer;
             },
         }),
-        sync: { rollback: () => {}, idle: async (ms) => { waits.push(ms); await new Promise(r => setTimeout(r, Math.min(ms, idleMs))); } },
+        sync: { rollback: () => {}, settled: async (_chat, ms) => { waits.push(ms); await new Promise(r => setTimeout(r, Math.min(ms, idleMs))); } },
         turns: { current: null },
         injected: { keys: new Set() },
         notifyFailure: (e) => failures.push(e),

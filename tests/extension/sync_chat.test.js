@@ -187,3 +187,48 @@ test('rv6: the move plan only touches memories naming the old id, as a person\'s
     assert.deepEqual(characterCopy({ name: 'A', aliases: [], sheet: {}, is_player: true }, undefined),
         { name: 'A', aliases: [], sheet: {}, is_player: true });
 });
+
+test('dc2: the context does not wait for an ordinary upsert (the new message\'s embedding)', async () => {
+    const chat = [msg('u1', { user: true })];
+    const s = setup({ chat });
+    await s.sync.syncCurrentChat('CHAT_CHANGED').done; // registered
+    s.sidecar.delayMs.upsertMessages = 300;
+    chat.push(msg('u2', { user: true }));
+    const { done } = s.sync.syncCurrentChat('MESSAGE_SENT');
+    const t0 = performance.now();
+    await s.sync.settled('Seraphina - 1', 1000);
+    assert.ok(performance.now() - t0 < 100, 'not held up by the upsert');
+    await done;
+});
+
+test('rv10: the context waits for a pending rollback (a swipe) before it is built, up to the limit', async () => {
+    const chat = [msg('u1', { user: true }), msg('r1', { turn: 't1' })];
+    const s = setup({ chat });
+    await s.sync.syncCurrentChat('CHAT_CHANGED').done;
+    s.sidecar.delayMs.rollbackTurn = 150;
+    s.sync.rollback('Seraphina - 1', 't1');
+    const t0 = performance.now();
+    await s.sync.settled('Seraphina - 1', 2000);
+    assert.ok(performance.now() - t0 >= 140, 'waited for the rollback');
+    assert.ok(s.sidecar.names().includes('rollbackTurn'));
+    s.sidecar.delayMs.rollbackTurn = 500;
+    s.sync.rollback('Seraphina - 1', 't2');
+    const t1 = performance.now();
+    await s.sync.settled('Seraphina - 1', 50);
+    assert.ok(performance.now() - t1 < 200, 'but never longer than the limit');
+});
+
+test('rv10: a regenerate\'s cut reply (rolled back by sync) and a chat\'s first registration are waited for too', async () => {
+    const chat = [msg('u1', { user: true }), msg('r1', { turn: 't1' })];
+    const s = setup({ chat });
+    s.sidecar.delayMs.upsertMessages = 120;
+    s.sync.syncCurrentChat('CHAT_CHANGED'); // first sight: registration pending
+    let t0 = performance.now();
+    await s.sync.settled('Seraphina - 1', 2000);
+    assert.ok(performance.now() - t0 >= 100, 'waited for the first registration');
+    chat.length = 1; // regenerate: the reply is cut
+    s.sync.syncCurrentChat('MESSAGE_DELETED');
+    t0 = performance.now();
+    await s.sync.settled('Seraphina - 1', 2000);
+    assert.ok(s.sidecar.names().includes('rollbackTurn'), 'the rollback happened before settled resolved');
+});
