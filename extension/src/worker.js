@@ -7,8 +7,10 @@
 // - idle means: SillyTavern is not generating and no generation started or ended within `idleMs`;
 // - no job waiting: ask again after `pollMs`, doubling up to `maxPollMs`; a job done: ask again soon;
 // - the sidecar unreachable: back off the same way, quietly (the interceptor already tells the user);
-// - any other failure (the model call, a refused completion): stop, and tell the user once.
-//   The job's lease then runs out on the sidecar, which hands it out again.
+// - the model answered something the sidecar's strict parser refused (422 model_output_invalid), or
+//   the job was rolled back meanwhile (409): the sidecar has recorded it; go on with the next job;
+// - any other failure (the model call itself, a refused token): hand the job back, stop, and tell
+//   the user once.
 
 import { neutraliseMacros } from './macros.js';
 
@@ -54,6 +56,16 @@ export function schemaName(kind) {
     return (name.startsWith('chronicler_') ? name : `chronicler_${name}`).slice(0, 64);
 }
 
+/**
+ * True for a failure of one job that the sidecar has already recorded (the next job may well
+ * work): a malformed model answer (422 `model_output_invalid`: the attempt is failed and retried
+ * later) or a job that moved on meanwhile (409: rolled back, reclaimed, a stale attempt).
+ * @param {any} error
+ */
+export function isJobLevel(error) {
+    return (error?.status === 422 && error?.code === 'model_output_invalid') || error?.status === 409;
+}
+
 /** The job inside a claim answer (`{job: {...}}` or `{job: null}`), or null. */
 export function jobFrom(answer) {
     const job = answer?.job;
@@ -89,7 +101,7 @@ export class JobWorker {
         this.stopped = false;   // stopped after an error, until start() again
         this.lastActivity = -Infinity;
         this.delay = 0;
-        this.stats = { done: 0, empty: 0, errors: 0, lastError: null, lastJob: null };
+        this.stats = { done: 0, empty: 0, errors: 0, rejected: 0, lastError: null, lastJob: null, mode: null };
     }
 
     /** (Re)start polling, e.g. after the mode was switched on or an error was dealt with. */
@@ -154,6 +166,9 @@ export class JobWorker {
             this.stats.lastError = error;
             if (error?.isOutage) {
                 next = this.backoff();
+            } else if (isJobLevel(error)) {
+                this.stats.rejected += 1;
+                next = 250;
             } else {
                 this.stop();
                 this.deps.onStop(error);

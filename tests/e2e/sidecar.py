@@ -40,6 +40,8 @@ class Sidecar:
     # False: start it as a user would after `chronicler install-extension` — no token or origins in
     # the environment, so it reads both from its data dir (token file, config.toml).
     configure_by_env: bool = True
+    # More environment, e.g. {"CHRONICLER_LLM_MODE": "client"}.
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -50,6 +52,7 @@ class Sidecar:
         env.update({"HF_HUB_OFFLINE": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
         if self.configure_by_env:
             env.update({"CHRONICLER_TOKEN": self.token, "CHRONICLER_ORIGINS": ",".join(self.origins)})
+        env.update(self.env)
         cmd = [sys.executable, "-m", "server_plugin.cli", "serve", "--port", str(self.port),
                "--data-dir", str(self.data_dir)]
         self.log_path = self.log_path or (self.data_dir.parent / f"{self.data_dir.name}.log")

@@ -3,7 +3,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { JobWorker, generateRawArgs, jobFrom, schemaName } from '../../extension/src/worker.js';
+import { SidecarError } from '../../extension/src/client.js';
+import { JobWorker, generateRawArgs, isJobLevel, jobFrom, schemaName } from '../../extension/src/worker.js';
 import { FakeSidecar, outage } from './fake_sidecar.js';
 
 /** Manual time: `advance(ms)` runs due timers in order and awaits what they started. */
@@ -189,4 +190,25 @@ test('dc2: a claim answer without a job is no job', () => {
     assert.equal(jobFrom({ job: null }), null);
     assert.equal(jobFrom({}), null);
     assert.equal(jobFrom({ job: { id: 'j' } }).id, 'j');
+});
+
+test('dc2: a malformed answer the sidecar refused (422) or a job that moved on (409) does not stop the worker', async () => {
+    const s = setup();
+    s.sidecar.jobs.push(JOB('j1'), JOB('j2'));
+    const complete = s.sidecar.completeJob.bind(s.sidecar);
+    let first = true;
+    s.sidecar.completeJob = async (...args) => {
+        if (first) {
+            first = false;
+            throw new SidecarError({ status: 422, code: 'model_output_invalid', message: 'not JSON' });
+        }
+        return complete(...args);
+    };
+    s.worker.start();
+    await s.time.advance(1000);
+    assert.deepEqual(s.stops, []);
+    assert.equal(s.worker.stats.rejected, 1);
+    assert.deepEqual(s.sidecar.completed.map(c => c.id), ['j2']);
+    assert.equal(isJobLevel(new SidecarError({ status: 409, code: 'job_not_running', message: '' })), true);
+    assert.equal(isJobLevel(new SidecarError({ status: 401, code: 'unauthorized', message: '' })), false);
 });
