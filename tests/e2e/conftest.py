@@ -129,7 +129,8 @@ def st(browser: object, st_server: SillyTavernServer, fake: FakeLLM, closed_port
     try:
         st_page.open()
         st_page.evaluate("() => { SillyTavern.getContext().chatCompletionSettings.function_calling = false; }")
-        configure_chronicler(st_page, sidecarUrl=f"http://127.0.0.1:{closed_port}", token="")
+        configure_chronicler(st_page, sidecarUrl=f"http://127.0.0.1:{closed_port}", token="", enabled=True,
+                             tools=True, llmMode="sidecar")
         yield st_page
     finally:
         if st_page.console:
