@@ -305,10 +305,10 @@ class STPage:
         page.locator("#rightNavDrawerIcon").click()
         card = page.locator("#rm_print_characters_block .character_select").filter(
             has=page.locator(".ch_name", has_text=name)).first
-        card.wait_for(state="visible", timeout=15_000)
+        card.wait_for(state="visible", timeout=30_000)
         card.click()
-        page.wait_for_function("name => SillyTavern.getContext().name2 === name", arg=name, timeout=15_000)
-        page.locator("#chat .mes").first.wait_for(state="visible", timeout=15_000)
+        page.wait_for_function("name => SillyTavern.getContext().name2 === name", arg=name, timeout=30_000)
+        page.locator("#chat .mes").first.wait_for(state="visible", timeout=30_000)
         if page.locator("#right-nav-panel").is_visible():
             page.locator("#rightNavDrawerIcon").click()
         self.wait_idle()
@@ -319,11 +319,11 @@ class STPage:
         page.locator("#rightNavDrawerIcon").click()
         card = page.locator("#rm_print_characters_block .group_select").filter(
             has=page.locator(".ch_name", has_text=name)).first
-        card.wait_for(state="visible", timeout=15_000)
+        card.wait_for(state="visible", timeout=30_000)
         card.click()
         page.wait_for_function("name => { const c = SillyTavern.getContext();"
                                " return c.groupId && c.groups.find(g => g.id == c.groupId)?.name === name; }",
-                               arg=name, timeout=15_000)
+                               arg=name, timeout=30_000)
         if page.locator("#right-nav-panel").is_visible():
             page.locator("#rightNavDrawerIcon").click()
         self.wait_idle()
