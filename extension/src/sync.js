@@ -11,7 +11,7 @@
 // recovers by itself after an outage. Pure functions first; the `ChatSync` class does the I/O.
 
 import { isMissingRoute } from './client.js';
-import { moveCharacter } from './rename.js';
+import { characterCopy, moveCharacter } from './rename.js';
 
 export const ID_KEY = 'chronicler_id';
 export const TURN_KEY = 'chronicler_turn_id';
@@ -287,6 +287,8 @@ export class ChatSync {
         this.ledgers = new Map();
         /** @type {Set<string>} character ids known to exist in the sidecar */
         this.knownCharacters = new Set();
+        /** @type {Set<string>} renamed characters whose sidecar name may still be the old one */
+        this.namesToCheck = new Set();
         /** @type {Map<string, string>} chat id -> fingerprint of its last registration */
         this.registered = new Map();
         // Work that must reach the sidecar even across an outage: kept until it succeeds.
@@ -388,16 +390,24 @@ export class ChatSync {
         }
     }
 
-    /** Create sidecar characters for cards seen for the first time (never overwrite a sheet). */
+    /**
+     * Create sidecar characters for cards seen for the first time (never overwrite a sheet); give a
+     * renamed card's character its new name (the old one kept as an alias).
+     */
     async registerCharacters(client, cards) {
         for (const card of cards) {
             if (this.knownCharacters.has(card.avatar)) continue;
             try {
-                await client.getCharacter(card.avatar);
+                const existing = await client.getCharacter(card.avatar);
+                const character = existing?.character ?? existing;
+                if (this.namesToCheck.has(card.avatar) && card.name && character?.name !== card.name) {
+                    await client.putCharacter(card.avatar, characterCopy(character, card.name));
+                }
             } catch (err) {
                 if (err?.status !== 404) throw err;
                 await client.putCharacter(card.avatar, characterFromCard(card));
             }
+            this.namesToCheck.delete(card.avatar);
             this.knownCharacters.add(card.avatar);
         }
     }
@@ -532,9 +542,14 @@ export class ChatSync {
     renameCharacter(oldAvatar, newAvatar, newName = () => undefined) {
         if (!oldAvatar || !newAvatar || oldAvatar === newAvatar) return Promise.resolve();
         return this.enqueue('CHARACTER_RENAMED', async () => {
-            await moveCharacter(this.deps.getClient(), oldAvatar, newAvatar, newName());
+            const name = newName();
+            await moveCharacter(this.deps.getClient(), oldAvatar, newAvatar, name);
             this.knownCharacters.delete(oldAvatar);
-            this.knownCharacters.add(newAvatar);
+            // SillyTavern reloads its cards after the event: when the new name was not known yet,
+            // the next sync that sees the card renames the sidecar's character (registerCharacters).
+            if (name) this.knownCharacters.add(newAvatar);
+            else this.knownCharacters.delete(newAvatar);
+            if (!name) this.namesToCheck.add(newAvatar);
             this.registered.clear(); // member lists name the new id from the next sync on
         });
     }

@@ -86,6 +86,8 @@ def st_server(st_package: Path, fake: FakeLLM, closed_port: int,
     luke = add_character(root, "Luke", "LUKE-CARD: a quiet ranger of the northern woods.",
                          "*Luke nods from the shadows.* Evening.")
     add_group(root, GROUP_NAME, ["default_Seraphina.png", luke])
+    # A character only the rename test touches (renaming changes its avatar file name).
+    add_character(root, "Mira", "A herbalist of the valley.", "*Mira looks up from her herbs.* Yes?")
     server = SillyTavernServer(st_package, root)
     server.start()
     yield server

@@ -57,3 +57,31 @@ def test_dc2_renamed_chat_keeps_its_transcript_and_memories_under_the_new_id(st:
     _run_command(st, "/delchat")
     _wait_until(lambda: sidecar.request("GET", f"/v1/chats/{_q(new_id)}")[0] == 404, what="chat deleted")
     st.shot("after-delete")
+
+
+def test_rv6_renamed_character_keeps_its_memories_under_the_new_avatar(st: STPage, sidecar: Sidecar) -> None:
+    """A renamed card gets a new avatar file name (the sidecar's character id): the character and
+    every memory naming it move to the new id, pinned ones included, and none turns global (RV6
+    would make them global if the old id were simply deleted)."""
+    configure_chronicler(st, sidecarUrl=sidecar.url, token=sidecar.token)
+    st.select_character("Mira")
+    _wait_until(lambda: sidecar.request("GET", "/v1/characters/Mira.png")[0] == 200, what="Mira registered")
+    pinned = sidecar.request("POST", "/v1/memories", {"text": "Mira's mother was a healer.", "scope": "character",
+                                                      "character_id": "Mira.png", "pinned": True, "actor": "user"})
+    secret = sidecar.request("POST", "/v1/memories", {"text": "Only Mira knows where the moonwort grows.",
+                                                      "scope": "global", "known_by": ["Mira.png"], "actor": "user"})
+    assert pinned[0] == 201 and secret[0] == 201
+
+    _run_command(st, "/rename-char chats=false Mirabel")
+    st.page.wait_for_function("() => SillyTavern.getContext().name2 === 'Mirabel'", timeout=30_000)
+    new = st.evaluate("() => SillyTavern.getContext().characters[SillyTavern.getContext().characterId].avatar")
+    assert new != "Mira.png"
+    _wait_until(lambda: sidecar.request("GET", "/v1/characters/Mira.png")[0] == 404, what="old id removed")
+    # The new name arrives with the next sync that sees the reloaded card.
+    body = _wait_until(lambda: (lambda r: r[1] if r[0] == 200 and r[1]["character"]["name"] == "Mirabel" else None)(
+        sidecar.request("GET", f"/v1/characters/{_q(new)}")), what="new name")
+    assert "Mira" in body["character"]["aliases"], body
+    moved = sidecar.request("GET", f"/v1/memories/{pinned[1]['memory']['id']}")[1]["memory"]
+    assert (moved["scope"], moved["character_id"], moved["pinned"]) == ("character", new, True)
+    assert sidecar.request("GET", f"/v1/memories/{secret[1]['memory']['id']}")[1]["memory"]["known_by"] == [new]
+    st.shot("after-character-rename")

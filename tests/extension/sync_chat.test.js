@@ -232,3 +232,18 @@ test('rv10: a regenerate\'s cut reply (rolled back by sync) and a chat\'s first 
     await s.sync.settled('Seraphina - 1', 2000);
     assert.ok(s.sidecar.names().includes('rollbackTurn'), 'the rollback happened before settled resolved');
 });
+
+test('rv6: when SillyTavern has not reloaded the card yet, the renamed character gets its new name at the next sync', async () => {
+    const sidecar = new FakeSidecar();
+    await sidecar.putCharacter('Mira.png', { name: 'Mira', aliases: [], sheet: { backstory: 'herbs' } });
+    const s = setup({ chat: [msg('u1', { user: true })], sidecar });
+    await s.sync.renameCharacter('Mira.png', 'Mirabel.png', () => undefined);
+    assert.equal(sidecar.characters.get('Mirabel.png').name, 'Mira');
+    s.ctx.characters = [{ avatar: 'Mirabel.png', name: 'Mirabel' }];
+    await s.sync.syncCurrentChat('CHAT_CHANGED').done;
+    const renamed = sidecar.characters.get('Mirabel.png');
+    assert.equal(renamed.name, 'Mirabel');
+    assert.deepEqual(renamed.aliases, ['Mira']);
+    assert.deepEqual(renamed.sheet, { backstory: 'herbs' });
+    assert.deepEqual(s.errors, []);
+});
