@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 from .clock import Clock
 from .db import Database
@@ -13,13 +14,15 @@ from .tokens import TokenCounter
 
 @dataclass
 class Services:
-    """Settings, the database, the embedder, the token counter and the clock."""
+    """Settings, the database, the embedder, the token counter, the clock and the job wake-up."""
 
     settings: Settings
     db: Database
     embedder: Embedder
     tokens: TokenCounter
     clock: Clock
+    # Set when a job is enqueued, so the background worker wakes at once (jobs.py).
+    jobs_wake: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     def embed_wait(self) -> float:
         """Seconds a write may wait for the embedding model to finish loading."""
