@@ -69,8 +69,9 @@ def _build(svc: Services, job: jobs.Job) -> prompts.Prompt | None:
         return None
     rows = messages.by_ids(conn, job.chat_id, job.target["message_ids"])
     cast = _cast(conn, job.chat_id, rows)
-    if not rows or not cast:
-        return None
+    if not rows or all(c.is_player for c in cast):
+        return None  # nobody left who may learn from this chat (RV14): filing facts as global
+        # memories instead would slip past the switch
     return prompts.durable_memories([messages.chat_message(svc, r) for r in rows], cast,
                                     existing=_existing(svc, conn, cast),
                                     max_items=int(svc.settings.deep_memory_max_items),
