@@ -214,6 +214,18 @@ def _claim(svc: Services, conn: Connection, by: str, kinds: list[str],
     return _job(_row(conn, row["id"]))
 
 
+def _anything_to_claim(svc: Services, kinds: list[str]) -> bool:
+    """A read-only look first, so an idle poll opens no write transaction (a write would bump
+    `db.generation` and empty the caches keyed by it)."""
+    if not kinds:
+        return False
+    now = svc.clock.iso()
+    marks = ",".join("?" * len(kinds))
+    return svc.db.reader().execute(
+        f"SELECT 1 FROM jobs WHERE (state='pending' AND not_before <= ? AND kind IN ({marks}))"
+        " OR (state='running' AND lease_until < ?) LIMIT 1", (now, *kinds, now)).fetchone() is not None
+
+
 def _runnable_here(svc: Services) -> list[str]:
     """Kinds the worker runs: all in extractive/openai mode; only non-LLM kinds in client mode."""
     client = svc.settings.llm_mode == "client"
@@ -298,8 +310,11 @@ def _execute(svc: Services, job: Job) -> None:
 
 def run_one(svc: Services) -> str | None:
     """Claim and run the next due job this process runs; returns its id, or None if none was due."""
+    kinds = _runnable_here(svc)
+    if not _anything_to_claim(svc, kinds):
+        return None
     with svc.db.write() as conn:
-        job = _claim(svc, conn, "worker", _runnable_here(svc))
+        job = _claim(svc, conn, "worker", kinds)
     if job is None:
         return None
     _execute(svc, job)
@@ -320,7 +335,7 @@ def claim(svc: Services, kinds: list[str] | None = None, chat_id: str | None = N
     if svc.settings.llm_mode != "client":
         return None
     wanted = [k for k, h in _HANDLERS.items() if h.llm and (kinds is None or k in kinds)]
-    while True:
+    while _anything_to_claim(svc, wanted):
         with svc.db.write() as conn:
             job = _claim(svc, conn, "client", wanted, chat_id)
         if job is None:
@@ -341,6 +356,7 @@ def claim(svc: Services, kinds: list[str] | None = None, chat_id: str | None = N
             conn.execute("UPDATE jobs SET payload=? WHERE id=?", (dumps(payload), job.id))
         return {"id": job.id, "kind": job.kind, "chat_id": job.chat_id, "attempt": job.attempts,
                 "lease_until": row["lease_until"], "task": prompt.task, "request": prompt.for_client()}
+    return None
 
 
 def _client_job(svc: Services, job_id: str, attempt: int | None) -> tuple[Job, Any]:

@@ -1,0 +1,140 @@
+// The only module that talks HTTP to the sidecar (API.md): base URL + bearer token, JSON in and
+// out, a timeout per call, and one error type for everything that can go wrong.
+
+/** Error codes of our own, for failures that never got a sidecar answer. */
+export const CLIENT_CODES = Object.freeze({
+    timeout: 'timeout',          // no answer within the call's time limit
+    unreachable: 'unreachable',  // connection refused, DNS, CORS rejection: fetch itself failed
+    badResponse: 'bad_response', // an answer that is not the JSON we expect
+    aborted: 'aborted',          // the caller's own signal was aborted
+});
+
+/** A failed sidecar call: an HTTP error envelope, or one of CLIENT_CODES with status 0. */
+export class SidecarError extends Error {
+    /**
+     * @param {{status?: number, code: string, message: string, details?: any[]}} fields
+     */
+    constructor({ status = 0, code, message, details = [] }) {
+        super(message);
+        this.name = 'SidecarError';
+        this.status = status;
+        this.code = code;
+        this.details = details;
+    }
+
+    /** True when the sidecar could not be reached or failed on its side (not a client mistake). */
+    get isOutage() {
+        return this.status === 0 || this.status >= 500;
+    }
+}
+
+/**
+ * Turn a non-2xx answer into a SidecarError, reading the `{ok:false, error:{code,message,details}}`
+ * envelope when there is one.
+ * @param {number} status HTTP status
+ * @param {string} text response body
+ * @returns {SidecarError}
+ */
+export function errorFromResponse(status, text) {
+    let body = null;
+    try {
+        body = text ? JSON.parse(text) : null;
+    } catch {
+        body = null;
+    }
+    const err = body && typeof body === 'object' ? body.error : null;
+    if (err && typeof err === 'object' && typeof err.code === 'string') {
+        return new SidecarError({
+            status,
+            code: err.code,
+            message: typeof err.message === 'string' ? err.message : err.code,
+            details: Array.isArray(err.details) ? err.details : [],
+        });
+    }
+    return new SidecarError({ status, code: `http_${status}`, message: `The sidecar answered HTTP ${status}.` });
+}
+
+/** Percent-encode one id for a path segment (SillyTavern chat ids hold spaces and `@`). */
+export function pathId(id) {
+    return encodeURIComponent(String(id));
+}
+
+export class SidecarClient {
+    /**
+     * @param {{baseUrl: string, token?: string, timeoutMs?: number, fetchImpl?: typeof fetch}} options
+     */
+    constructor({ baseUrl, token = '', timeoutMs = 10000, fetchImpl = globalThis.fetch.bind(globalThis) }) {
+        this.baseUrl = String(baseUrl).replace(/\/+$/, '');
+        this.token = token;
+        this.timeoutMs = timeoutMs;
+        this.fetchImpl = fetchImpl;
+    }
+
+    /**
+     * One call. Resolves to the parsed JSON body (or null for an empty one); rejects with SidecarError.
+     * @param {string} method
+     * @param {string} path starting with /v1
+     * @param {{body?: any, timeoutMs?: number, signal?: AbortSignal}} [options]
+     */
+    async request(method, path, { body, timeoutMs, signal } = {}) {
+        const limit = timeoutMs ?? this.timeoutMs;
+        const controller = new AbortController();
+        let timedOut = false;
+        const timer = setTimeout(() => { timedOut = true; controller.abort(); }, limit);
+        const onAbort = () => controller.abort();
+        signal?.addEventListener('abort', onAbort, { once: true });
+        const headers = { Accept: 'application/json' };
+        if (this.token) headers.Authorization = `Bearer ${this.token}`;
+        if (body !== undefined) headers['Content-Type'] = 'application/json';
+        let response;
+        let text;
+        try {
+            response = await this.fetchImpl(this.baseUrl + path, {
+                method,
+                headers,
+                body: body === undefined ? undefined : JSON.stringify(body),
+                signal: controller.signal,
+                credentials: 'omit',
+                cache: 'no-store',
+            });
+            text = await response.text();
+        } catch (cause) {
+            if (timedOut) {
+                throw new SidecarError({ code: CLIENT_CODES.timeout, message: `The sidecar did not answer within ${limit} ms.` });
+            }
+            if (signal?.aborted) {
+                throw new SidecarError({ code: CLIENT_CODES.aborted, message: 'The call was cancelled.' });
+            }
+            throw new SidecarError({ code: CLIENT_CODES.unreachable, message: `The sidecar at ${this.baseUrl} cannot be reached (${cause?.message ?? cause}).` });
+        } finally {
+            clearTimeout(timer);
+            signal?.removeEventListener('abort', onAbort);
+        }
+        if (!response.ok) throw errorFromResponse(response.status, text);
+        if (!text) return null;
+        try {
+            return JSON.parse(text);
+        } catch {
+            throw new SidecarError({ status: response.status, code: CLIENT_CODES.badResponse, message: 'The sidecar answered something that is not JSON.' });
+        }
+    }
+
+    health(options) { return this.request('GET', '/v1/health', options); }
+
+    getCharacter(id, options) { return this.request('GET', `/v1/characters/${pathId(id)}`, options); }
+    putCharacter(id, body, options) { return this.request('PUT', `/v1/characters/${pathId(id)}`, { ...options, body }); }
+    deleteCharacter(id, options) { return this.request('DELETE', `/v1/characters/${pathId(id)}`, options); }
+
+    putChat(chatId, body, options) { return this.request('PUT', `/v1/chats/${pathId(chatId)}`, { ...options, body }); }
+    upsertMessages(chatId, messages, options) {
+        return this.request('POST', `/v1/chats/${pathId(chatId)}/messages`, { ...options, body: { messages } });
+    }
+    deleteMessage(chatId, messageId, options) {
+        return this.request('DELETE', `/v1/chats/${pathId(chatId)}/messages/${pathId(messageId)}`, options);
+    }
+    rollbackTurn(chatId, turnId, options) {
+        return this.request('POST', `/v1/chats/${pathId(chatId)}/turns/${pathId(turnId)}/rollback`, { ...options, body: {} });
+    }
+
+    context(body, options) { return this.request('POST', '/v1/context', { ...options, body }); }
+}

@@ -1,0 +1,172 @@
+// The generate interceptor: before SillyTavern builds a prompt, ask the sidecar for this turn's
+// context, keep the request's chat to the live window, and inject the blocks.
+//
+// It fails open: on a timeout or any error the generation goes on exactly as without the
+// extension, and the user sees one toast per outage (OutageNotifier), not one per turn.
+
+import { applyPrompts, blocksToPrompts, clearPrompts } from './inject.js';
+import { chatMembers, messageId, messageTurn } from './sync.js';
+
+/** Generation types that get no context: our own background generations. */
+export const SKIPPED_TYPES = Object.freeze(['quiet']);
+
+/**
+ * Which turn this generation is, and which turns it replaces.
+ *
+ * - `quiet`: none (background generations are not turns).
+ * - `swipe`: a new turn; the swipe being replaced (the last message's current turn) is rolled back (RV10).
+ * - `continue`: the message being continued keeps its turn.
+ * - `normal` right after a tool call (last message is SillyTavern's tool-invocation message):
+ *   the same turn goes on, so what the tools saved and the reply that follows share one turn id.
+ * - anything else (`normal`, `regenerate`, `impersonate`): a new turn. A `regenerate` has already
+ *   cut the old reply from the chat before the interceptor runs; `ChatSync` rolls that turn back.
+ *
+ * @param {{type: string, lastMessage?: object, current?: {id: string, chatId: string}|null, chatId: string, newId: () => string}} args
+ * @returns {{turnId: string, rollback: string[]}|null}
+ */
+export function planTurn({ type, lastMessage, current, chatId, newId }) {
+    if (SKIPPED_TYPES.includes(type)) return null;
+    if (type === 'swipe') {
+        const replaced = lastMessage && !lastMessage.is_user ? messageTurn(lastMessage) : undefined;
+        return { turnId: newId(), rollback: replaced ? [replaced] : [] };
+    }
+    if (type === 'continue') {
+        const own = lastMessage && !lastMessage.is_user ? messageTurn(lastMessage) : undefined;
+        return { turnId: own ?? newId(), rollback: [] };
+    }
+    const afterToolCall = lastMessage?.is_system && Array.isArray(lastMessage?.extra?.tool_invocations);
+    if (afterToolCall && current && current.chatId === chatId) {
+        return { turnId: current.id, rollback: [] };
+    }
+    return { turnId: newId(), rollback: [] };
+}
+
+/**
+ * QS2's Last Action: the latest player message, or for a Continue the message being continued.
+ * @param {object[]} chat the interceptor's chat array
+ * @param {string} type generation type
+ * @returns {{text: string, kind: 'action'|'continue'}}
+ */
+export function lastAction(chat, type) {
+    const last = chat.at(-1);
+    if (type === 'continue' && last) return { text: String(last.mes ?? ''), kind: 'continue' };
+    const player = [...chat].reverse().find(m => m?.is_user);
+    return { text: String((player ?? last)?.mes ?? ''), kind: 'action' };
+}
+
+/**
+ * Index of the first message of the live window: the earliest message whose id the sidecar
+ * listed as live. Everything after it stays (including messages the sidecar has not seen yet);
+ * 0 when none of the ids is in the chat (then nothing is trimmed: never lose the chat by mistake).
+ * @param {Array<string|undefined>} chatIds our ids of the chat's messages, in order
+ * @param {string[]} liveIds the sidecar's live_message_ids
+ */
+export function liveCut(chatIds, liveIds) {
+    if (!Array.isArray(liveIds) || !liveIds.length) return 0;
+    const live = new Set(liveIds);
+    const first = chatIds.findIndex(id => id !== undefined && live.has(id));
+    return first < 0 ? 0 : first;
+}
+
+/**
+ * Drop the messages before the live window from the interceptor's array, in place. The array
+ * holds shallow copies made for this request: the stored chat is untouched (its `extra` objects
+ * are shared, so nothing here writes to them).
+ * @param {object[]} chat the interceptor's chat array
+ * @param {string[]} liveIds
+ * @returns {number} how many messages were dropped
+ */
+export function trimToLive(chat, liveIds) {
+    const cut = liveCut(chat.map(messageId), liveIds);
+    if (cut > 0) chat.splice(0, cut);
+    return cut;
+}
+
+/**
+ * The `POST /v1/context` body (API.md).
+ */
+export function contextRequest({ chatId, speakerId, presentIds, contextSize, type, chat, memoryBank = true }) {
+    return {
+        chat_id: chatId,
+        speaker_id: speakerId,
+        present_ids: presentIds,
+        context_tokens: Math.max(0, Math.floor(Number(contextSize) || 0)),
+        last_action: lastAction(chat, type),
+        generation_type: type,
+        memory_bank: memoryBank,
+    };
+}
+
+/** Keep the last `size` numbers (per-generation timings, for the panel and the E2E measurement). */
+export class RingBuffer {
+    constructor(size = 200) {
+        this.size = size;
+        this.items = [];
+    }
+
+    push(value) {
+        this.items.push(value);
+        if (this.items.length > this.size) this.items.shift();
+    }
+}
+
+/**
+ * Build the interceptor function SillyTavern calls as `(chat, contextSize, abort, type)`.
+ *
+ * @param {{
+ *   getContext: () => any,
+ *   getSettings: () => import('./settings.js').DEFAULTS,
+ *   getClient: () => import('./client.js').SidecarClient,
+ *   sync: import('./sync.js').ChatSync,
+ *   turns: {current: {id: string, chatId: string}|null},
+ *   injected: {keys: Set<string>},
+ *   notifyFailure: (error: Error) => void,
+ *   notifySuccess: () => void,
+ *   stats: {timings: RingBuffer, lastReport: any, lastError: any, lastTrimmed: number},
+ * }} deps
+ */
+export function createInterceptor(deps) {
+    return async function chroniclerInterceptor(chat, contextSize, _abort, rawType) {
+        const type = rawType ?? 'normal'; // Generate()'s type may be left undefined by callers
+        const settings = deps.getSettings();
+        if (!settings.enabled || SKIPPED_TYPES.includes(type)) return;
+        const ctx = deps.getContext();
+        const chatId = ctx.getCurrentChatId?.();
+        const speakerId = ctx.characters?.[ctx.characterId]?.avatar;
+        if (!chatId || !speakerId) return;
+
+        const started = performance.now();
+        const remaining = () => Math.max(1, settings.contextTimeoutMs - (performance.now() - started));
+        const plan = planTurn({
+            type, lastMessage: ctx.chat.at(-1), current: deps.turns.current, chatId,
+            newId: ctx.uuidv4 ?? (() => crypto.randomUUID()),
+        });
+        deps.turns.current = { id: plan.turnId, chatId };
+        for (const turnId of plan.rollback) deps.sync.rollback(chatId, turnId);
+        // Let pending syncs (the user's new message, a regenerate's rollback) land first.
+        await deps.sync.idle(remaining());
+
+        try {
+            const { activeMemberIds, isGroup } = chatMembers(ctx);
+            const body = contextRequest({
+                chatId, speakerId, presentIds: isGroup ? activeMemberIds : [speakerId],
+                contextSize, type, chat, memoryBank: settings.memoryBank !== false,
+            });
+            const answer = await deps.getClient().context(body, { timeoutMs: remaining() });
+            deps.notifySuccess();
+            deps.stats.lastTrimmed = trimToLive(chat, answer?.live_message_ids);
+            const calls = blocksToPrompts(answer?.blocks, settings.injection);
+            deps.injected.keys = applyPrompts(ctx.setExtensionPrompt, calls, deps.injected.keys);
+            deps.stats.lastReport = answer?.report ?? null;
+            deps.stats.lastError = null;
+        } catch (error) {
+            // Fail open: no stale blocks from an earlier turn, the chat untouched.
+            clearPrompts(ctx.setExtensionPrompt, deps.injected.keys);
+            deps.injected.keys = new Set();
+            deps.stats.lastError = error;
+            deps.notifyFailure(error);
+        } finally {
+            deps.stats.timings.push(performance.now() - started);
+        }
+    };
+}

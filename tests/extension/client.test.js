@@ -1,0 +1,56 @@
+// The sidecar client's errors: the envelope, timeouts, unreachable hosts (extension/src/client.js).
+// Timeouts and refusals use real sockets: a server that never answers, a port nobody listens on.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+
+import { CLIENT_CODES, SidecarClient, SidecarError, errorFromResponse, pathId } from '../../extension/src/client.js';
+
+test('dc2: the error envelope becomes a typed error with code, message and details', () => {
+    const err = errorFromResponse(403, JSON.stringify({ ok: false, error: { code: 'pinned_memory', message: 'Only a person may edit a pinned memory.', details: [{ id: 'm1' }] } }));
+    assert.ok(err instanceof SidecarError);
+    assert.equal(err.status, 403);
+    assert.equal(err.code, 'pinned_memory');
+    assert.equal(err.message, 'Only a person may edit a pinned memory.');
+    assert.deepEqual(err.details, [{ id: 'm1' }]);
+    assert.equal(err.isOutage, false);
+});
+
+test('dc2: an answer without an envelope still gives a usable error; 5xx counts as an outage', () => {
+    const err = errorFromResponse(502, '<html>Bad gateway</html>');
+    assert.equal(err.code, 'http_502');
+    assert.equal(err.isOutage, true);
+});
+
+test('dc2: ids are percent-encoded for paths (SillyTavern chat ids hold spaces and @)', () => {
+    assert.equal(pathId('Seraphina - 2026-11-29@16h52m03s'), 'Seraphina%20-%202026-11-29%4016h52m03s');
+    assert.equal(pathId('a/b?c'), 'a%2Fb%3Fc');
+});
+
+async function listen(server) {
+    await new Promise(resolve => server.listen(0, '127.0.0.1', resolve));
+    return server.address().port;
+}
+
+test('dc2: a sidecar that does not answer in time fails with code timeout', async () => {
+    const sockets = [];
+    const server = net.createServer(socket => sockets.push(socket)); // accepts, never answers
+    const port = await listen(server);
+    try {
+        const client = new SidecarClient({ baseUrl: `http://127.0.0.1:${port}`, token: 't', timeoutMs: 150 });
+        const started = Date.now();
+        await assert.rejects(client.health(), (err) => err instanceof SidecarError && err.code === CLIENT_CODES.timeout && err.isOutage);
+        assert.ok(Date.now() - started < 2000);
+    } finally {
+        sockets.forEach(s => s.destroy());
+        server.close();
+    }
+});
+
+test('dc2: a sidecar that is not running fails with code unreachable', async () => {
+    const server = net.createServer();
+    const port = await listen(server);
+    await new Promise(resolve => server.close(resolve)); // the port is free again: nobody listens
+    const client = new SidecarClient({ baseUrl: `http://127.0.0.1:${port}`, timeoutMs: 2000 });
+    await assert.rejects(client.context({}), (err) => err.code === CLIENT_CODES.unreachable && err.status === 0);
+});

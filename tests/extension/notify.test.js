@@ -1,0 +1,27 @@
+// One toast per outage (extension/src/notify.js).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { OutageNotifier, outageMessage } from '../../extension/src/notify.js';
+
+test('dc2: a run of failures asks for exactly one toast', () => {
+    const notifier = new OutageNotifier();
+    const asks = [1, 2, 3, 4, 5].map(() => notifier.failed(new Error('down')));
+    assert.deepEqual(asks, [true, false, false, false, false]);
+    assert.equal(notifier.failures, 5);
+});
+
+test('dc2: after a success the next failure is a new outage and gets its own toast', () => {
+    const notifier = new OutageNotifier();
+    assert.equal(notifier.failed(new Error('a')), true);
+    assert.equal(notifier.failed(new Error('a')), false);
+    assert.equal(notifier.succeeded(), true, 'the outage ended');
+    assert.equal(notifier.succeeded(), false, 'nothing to end twice');
+    assert.equal(notifier.failed(new Error('b')), true);
+});
+
+test('dc2: the toast says memory is off until the sidecar is back, and why', () => {
+    const text = outageMessage({ code: 'timeout', message: 'The sidecar did not answer within 1500 ms.' });
+    assert.match(text, /not reachable/);
+    assert.match(text, /1500 ms/);
+});

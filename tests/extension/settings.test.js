@@ -1,0 +1,47 @@
+// Settings defaults and cleaning (extension/src/settings.js), and the connection test's wording.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { DEFAULTS, normaliseUrl, withDefaults } from '../../extension/src/settings.js';
+import { describeConnection } from '../../extension/src/connection.js';
+
+test('dc2: empty settings get the defaults (sidecar on 127.0.0.1:7711, 1.5 s per-turn limit)', () => {
+    const s = withDefaults(undefined);
+    assert.equal(s.sidecarUrl, 'http://127.0.0.1:7711');
+    assert.equal(s.contextTimeoutMs, 1500);
+    assert.equal(s.enabled, true);
+    assert.equal(s.llmMode, 'sidecar');
+    assert.deepEqual(s.injection, {});
+});
+
+test('dc2: wrong or broken stored values fall back to defaults; unknown keys survive', () => {
+    const s = withDefaults({ contextTimeoutMs: -5, syncBatchSize: 2.5, llmMode: 'nonsense', enabled: 'yes', injection: null, future: 1 });
+    assert.equal(s.contextTimeoutMs, DEFAULTS.contextTimeoutMs);
+    assert.equal(s.syncBatchSize, DEFAULTS.syncBatchSize);
+    assert.equal(s.llmMode, DEFAULTS.llmMode);
+    assert.equal(s.enabled, DEFAULTS.enabled);
+    assert.deepEqual(s.injection, {});
+    assert.equal(s.future, 1);
+});
+
+test('dc2: sidecar URLs lose trailing slashes and a trailing /v1', () => {
+    assert.equal(normaliseUrl(' http://127.0.0.1:7711/v1/ '), 'http://127.0.0.1:7711');
+    assert.equal(normaliseUrl('http://localhost:9000//'), 'http://localhost:9000');
+    assert.equal(withDefaults({ sidecarUrl: '   ' }).sidecarUrl, DEFAULTS.sidecarUrl);
+});
+
+test('rv17: the connection test tells a refused token apart from a sidecar that is down', () => {
+    const down = describeConnection({ healthError: { status: 0, message: 'x' }, origin: 'http://127.0.0.1:8000', baseUrl: 'http://127.0.0.1:7711' });
+    assert.equal(down.ok, false);
+    assert.match(down.text, /No answer from http:\/\/127\.0\.0\.1:7711/);
+    assert.match(down.text, /http:\/\/127\.0\.0\.1:8000/);
+    const badToken = describeConnection({ health: { version: '0.1.0' }, authError: { status: 401, message: 'bad token' } });
+    assert.equal(badToken.ok, false);
+    assert.match(badToken.text, /token was not accepted/);
+    const origin = describeConnection({ healthError: { status: 403, message: 'origin' }, origin: 'http://127.0.0.1:8000' });
+    assert.match(origin.text, /CHRONICLER_ORIGINS/);
+    const ok = describeConnection({ health: { version: '0.1.0', embedder: { ready: false } } });
+    assert.equal(ok.ok, true);
+    assert.match(ok.text, /0\.1\.0/);
+    assert.match(ok.text, /still loading/);
+});
