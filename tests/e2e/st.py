@@ -305,9 +305,18 @@ class STPage:
         page.locator("#rightNavDrawerIcon").click()
         card = page.locator("#rm_print_characters_block .character_select").filter(
             has=page.locator(".ch_name", has_text=name)).first
-        card.wait_for(state="visible", timeout=30_000)
-        card.click()
-        page.wait_for_function("name => SillyTavern.getContext().name2 === name", arg=name, timeout=30_000)
+        # The list may be redrawn just after load (a click on the old element is lost): click again
+        # until the character is open.
+        deadline = time.monotonic() + 30
+        while True:
+            card.wait_for(state="visible", timeout=30_000)
+            card.click()
+            try:
+                page.wait_for_function("name => SillyTavern.getContext().name2 === name", arg=name, timeout=3_000)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
         page.locator("#chat .mes").first.wait_for(state="visible", timeout=30_000)
         if page.locator("#right-nav-panel").is_visible():
             page.locator("#rightNavDrawerIcon").click()
