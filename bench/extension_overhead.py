@@ -9,7 +9,10 @@ each, the page records:
   awaits during the same generation;
 - `extra` = interceptor + handlers of that generation;
 - `turn` with the extension on, and `turn_off` with it switched off (a second run of N turns): the
-  time from MESSAGE_SENT to MESSAGE_RECEIVED as SillyTavern sees it, for an A/B sanity check.
+  time from MESSAGE_SENT to MESSAGE_RECEIVED as SillyTavern sees it, for an A/B sanity check;
+- `context_call_from_python`: the page's last POST /v1/context replayed N times from Python (a new
+  last action each time, so nothing is cached): the sidecar's own time plus loopback HTTP, without
+  the browser — how much of `extra` is the sidecar's.
 
     .venv/bin/python bench/extension_overhead.py [--n 50] [--memories 40]
 
@@ -74,6 +77,20 @@ def seed_memories(side: Sidecar, avatar: str, chat_id: str, n: int) -> None:
             raise RuntimeError(f"could not seed a memory: {status} {body}")
 
 
+def replay_context(side: Sidecar, body: dict[str, Any], n: int) -> list[float]:
+    """Time the same context request from outside the browser, with a fresh last action each time."""
+    times = []
+    for i in range(n):
+        fresh = {**body, "last_action": {**body["last_action"],
+                                         "text": f"{body['last_action']['text']} (variation {i})"}}
+        started = time.perf_counter()
+        status, answer = side.request("POST", "/v1/context", fresh)
+        times.append((time.perf_counter() - started) * 1000)
+        if status != 200:
+            raise RuntimeError(f"context replay failed: {status} {answer}")
+    return times
+
+
 def run_turns(st: STPage, n: int, label: str) -> list[float]:
     st.evaluate(TURN_PROBE)
     for i in range(n):
@@ -117,9 +134,11 @@ def main() -> None:
                 stats = st.evaluate("() => ({timings: window.chronicler.stats.timings.items,"
                                     " handlers: window.chronicler.stats.handlers.items,"
                                     " parts: window.chronicler.stats.parts.items,"
+                                    " request: window.chronicler.stats.lastRequest,"
                                     " lastError: String(window.chronicler.stats.lastError ?? ''),"
                                     " features: window.chronicler.features.known,"
                                     " report: window.chronicler.stats.lastReport})")
+                replayed = replay_context(side, stats["request"], args.n)
                 configure_chronicler(st, enabled=False)
                 off = run_turns(st, args.n, "off")
                 browser.close()
@@ -140,6 +159,7 @@ def main() -> None:
         "extra_ms": summary(extra),
         "of_which_sync_wait_ms": summary([p["wait"] for p in stats["parts"]]),
         "of_which_context_call_ms": summary([p["context"] for p in stats["parts"]]),
+        "context_call_from_python_ms": summary(replayed),
         "turn_ms_extension_on": summary(on),
         "turn_ms_extension_off": summary(off),
         "sidecar_features": stats["features"],

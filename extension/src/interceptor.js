@@ -161,6 +161,7 @@ export function createInterceptor(deps) {
                 chatId, speakerId, presentIds: isGroup ? activeMemberIds : [speakerId],
                 contextSize, type, chat, memoryBank: settings.memoryBank !== false,
             });
+            deps.stats.lastRequest = body;
             const asked = performance.now();
             const answer = await deps.getClient().context(body, { timeoutMs: remaining() });
             deps.stats.parts?.push({ wait: waited, context: performance.now() - asked });
