@@ -159,6 +159,19 @@ function onMessageSwiped(index) {
     if (!swipePending(ctx().chat[index])) syncNow('MESSAGE_SWIPED');
 }
 
+function onGenerationStarted(type, options, dryRun) {
+    worker.generationStarted(type, options, dryRun);
+    // Hold the user's new message's upsert until the context call is done (ChatSync.hold); the
+    // interceptor releases it, the limit covers generations that never reach the interceptor.
+    const s = settings();
+    if (!dryRun && type !== 'quiet' && s.enabled) sync.hold(s.contextTimeoutMs + 500);
+}
+
+function onGenerationEnded() {
+    sync.release();
+    worker.generationEnded();
+}
+
 function onCharacterDeleted(payload) {
     if (enabled()) sync.deleteCharacter(payload?.character?.avatar);
 }
@@ -290,9 +303,9 @@ function listen() {
     eventSource.on(e.CHAT_RENAMED, onChatRenamed);
     eventSource.on(e.CHAT_DELETED, onChatDeleted);
     eventSource.on(e.GROUP_CHAT_DELETED, onChatDeleted);
-    eventSource.on(e.GENERATION_STARTED, (type, options, dryRun) => worker.generationStarted(type, options, dryRun));
-    eventSource.on(e.GENERATION_ENDED, () => worker.generationEnded());
-    eventSource.on(e.GENERATION_STOPPED, () => worker.generationEnded());
+    eventSource.on(e.GENERATION_STARTED, onGenerationStarted);
+    eventSource.on(e.GENERATION_ENDED, onGenerationEnded);
+    eventSource.on(e.GENERATION_STOPPED, onGenerationEnded);
 }
 
 function registerExtras() {

@@ -147,6 +147,7 @@ export function createInterceptor(deps) {
         for (const turnId of plan.rollback) deps.sync.rollback(chatId, turnId);
         // A sidecar without the context route: nothing to ask (the user was told once).
         if (deps.features?.known?.context === false) {
+            deps.sync.release?.();
             deps.stats.timings.push(performance.now() - started);
             return;
         }
@@ -179,6 +180,7 @@ export function createInterceptor(deps) {
             if (isMissingRoute(error)) deps.features?.note('context', false);
             deps.notifyFailure(error);
         } finally {
+            deps.sync.release?.(); // the upserts held since GENERATION_STARTED may go now
             deps.stats.timings.push(performance.now() - started);
         }
     };

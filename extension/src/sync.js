@@ -299,6 +299,36 @@ export class ChatSync {
         this.queue = Promise.resolve();
         /** @type {Map<string, Promise<void>>} chat id -> last queued task with a rollback, delete or registration */
         this.critical = new Map();
+        /** While a generation waits for its context, ordinary upserts wait too (see `hold`). */
+        this.gate = null;
+        this.openGate = null;
+    }
+
+    /**
+     * Hold ordinary upserts (not rollbacks, deletes or registrations) until `release()` or `ms`.
+     * A generation starts by adding the user's message (MESSAGE_SENT) and then asks for its
+     * context; the context does not need that upsert (it carries the last action), and on the
+     * sidecar the upsert's embedding would run at the same time as the context call's and slow it.
+     * @param {number} ms the longest hold
+     */
+    hold(ms) {
+        this.release();
+        let open;
+        const gate = new Promise(resolve => { open = resolve; });
+        const timer = setTimeout(() => this.release(), Math.max(0, ms));
+        this.gate = gate;
+        this.openGate = () => {
+            clearTimeout(timer);
+            open();
+        };
+    }
+
+    /** Let held upserts go (idempotent). */
+    release() {
+        const open = this.openGate;
+        this.gate = null;
+        this.openGate = null;
+        open?.();
     }
 
     ledger(chatId) {
@@ -370,8 +400,13 @@ export class ChatSync {
         for (const r of records) this.pendingDeletes.get(chatId)?.delete(r.id); // back again (unhidden)
         const cards = members.memberIds.map(id => ctx.characters?.find(c => c.avatar === id)).filter(Boolean);
         const title = ctx.groupId ? (ctx.groups ?? []).find(g => String(g.id) === String(ctx.groupId))?.name : ctx.name2;
-        const done = this.enqueue(what, () => this.push(chatId, { records, members, cards, title }));
-        if (rollbackTurns.length || removed.length || !this.registered.has(chatId)) this.markCritical(chatId, done);
+        const critical = rollbackTurns.length || removed.length || !this.registered.has(chatId);
+        const gate = critical ? null : this.gate;
+        const done = this.enqueue(what, async () => {
+            if (gate) await gate;
+            return this.push(chatId, { records, members, cards, title });
+        });
+        if (critical) this.markCritical(chatId, done);
         return { assigned, done };
     }
 

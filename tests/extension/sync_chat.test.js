@@ -247,3 +247,36 @@ test('rv6: when SillyTavern has not reloaded the card yet, the renamed character
     assert.deepEqual(renamed.sheet, { backstory: 'herbs' });
     assert.deepEqual(s.errors, []);
 });
+
+test('dc2: while a generation waits for its context, the new message\'s upsert waits (but a rollback does not)', async () => {
+    const chat = [msg('u1', { user: true }), msg('r1', { turn: 't1' })];
+    const s = setup({ chat });
+    await s.sync.syncCurrentChat('CHAT_CHANGED').done;
+    s.sync.hold(5000);
+    chat.push(msg('u2', { user: true }));
+    const { done } = s.sync.syncCurrentChat('MESSAGE_SENT');
+    await new Promise(r => setTimeout(r, 30));
+    assert.equal(s.sidecar.chats.get('Seraphina - 1').messages.has('u2'), false, 'held');
+    await s.sync.settled('Seraphina - 1', 1000); // nothing critical: the context call goes at once
+    s.sync.release();
+    await done;
+    assert.ok(s.sidecar.chats.get('Seraphina - 1').messages.has('u2'), 'sent after the release');
+
+    s.sync.hold(5000);
+    chat.length = 1; // a regenerate cut (critical): not held
+    const cut = s.sync.syncCurrentChat('MESSAGE_DELETED');
+    await s.sync.settled('Seraphina - 1', 1000);
+    assert.ok(s.sidecar.names().includes('rollbackTurn'));
+    s.sync.release();
+    await cut.done;
+});
+
+test('dc2: a hold never outlives its limit', async () => {
+    const chat = [msg('u1', { user: true })];
+    const s = setup({ chat });
+    await s.sync.syncCurrentChat('CHAT_CHANGED').done;
+    s.sync.hold(40);
+    chat.push(msg('u2', { user: true }));
+    await s.sync.syncCurrentChat('MESSAGE_SENT').done;
+    assert.ok(s.sidecar.chats.get('Seraphina - 1').messages.has('u2'));
+});
