@@ -137,4 +137,36 @@ export class SidecarClient {
     }
 
     context(body, options) { return this.request('POST', '/v1/context', { ...options, body }); }
+
+    // --- the memory panel (src/panel/) ---
+    listCharacters(options) { return this.request('GET', '/v1/characters', options); }
+    getChat(chatId, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}`, options); }
+    listMemories(filters = {}, options) { return this.request('GET', `/v1/memories${queryString(filters)}`, options); }
+    createMemory(body, options) { return this.request('POST', '/v1/memories', { ...options, body }); }
+    patchMemory(id, body, options) { return this.request('PATCH', `/v1/memories/${pathId(id)}`, { ...options, body }); }
+    deleteMemory(id, actor = 'user', options) { return this.request('DELETE', `/v1/memories/${pathId(id)}${queryString({ actor })}`, options); }
+    deleteAllMemories(body, options) { return this.request('POST', '/v1/memories/delete-all', { ...options, body }); }
+    memoryDrafts(body, options) { return this.request('POST', '/v1/memories/drafts', { ...options, body }); }
+    getSummaries(chatId, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/summaries`, options); }
+    patchSummary(id, body, options) { return this.request('PATCH', `/v1/summaries/${pathId(id)}`, { ...options, body }); }
+    rebuildSummaries(chatId, options) { return this.request('POST', `/v1/chats/${pathId(chatId)}/summaries/rebuild`, { ...options, body: {} }); }
+    listSessions(chatId, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/sessions`, options); }
+    getSession(chatId, n, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/sessions/${pathId(n)}`, options); }
+    listJobs(options) { return this.request('GET', '/v1/jobs', options); }
+    retryJob(id, options) { return this.request('POST', `/v1/jobs/${pathId(id)}/retry`, { ...options, body: {} }); }
+    listLore(options) { return this.request('GET', '/v1/lore', options); }
+    createLore(body, options) { return this.request('POST', '/v1/lore', { ...options, body }); }
+    patchLore(id, body, options) { return this.request('PATCH', `/v1/lore/${pathId(id)}`, { ...options, body }); }
+    deleteLore(id, options) { return this.request('DELETE', `/v1/lore/${pathId(id)}`, options); }
+    importLore(body, options) { return this.request('POST', '/v1/lore/import', { ...options, body }); }
+}
+
+/**
+ * `?a=1&b=x` from the defined values of `params` ('' when there are none).
+ * @param {Record<string, string|number|boolean|null|undefined>} params
+ */
+export function queryString(params) {
+    const pairs = Object.entries(params ?? {}).filter(([, v]) => v !== undefined && v !== null && v !== '');
+    if (!pairs.length) return '';
+    return '?' + pairs.map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`).join('&');
 }
