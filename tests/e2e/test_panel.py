@@ -112,7 +112,8 @@ def wait_rows(st: STPage, n: int) -> None:
 
 def confirm_popup(st: STPage, expect: str) -> Any:
     """The top confirmation popup; asserts its wording contains `expect`."""
-    popup = st.page.locator("dialog.popup[open]").filter(has=st.page.locator(".chronicler-confirm")).last
+    popup = st.page.locator("dialog.popup[open]:not([closing])").filter(
+        has=st.page.locator(".chronicler-confirm")).filter(has_text=expect).last
     popup.wait_for(timeout=10_000)
     text = popup.inner_text()
     assert expect in text, text
@@ -216,3 +217,390 @@ def test_dc4_screens_of_every_tab(st: STPage, sidecar: Sidecar, seraphina: dict,
         }""", tab)
         assert overflow <= 1, f"{tab} overflows sideways by {overflow}px at {size} width"
         panel_shot(st, f"{tab}-{size}")
+
+
+# --- the shell -------------------------------------------------------------------------------
+def active_id(st: STPage) -> str:
+    return st.evaluate("() => document.activeElement?.id ?? ''")
+
+
+def test_dc4_panel_opens_from_the_menu_and_the_command_and_works_by_keyboard(st: STPage, seraphina: dict) -> None:
+    """rule DC4: the panel opens from the extensions menu and from /memories <tab>; its tabs are
+    an ARIA tablist moved through with the arrow keys, Home and End; Escape closes it."""
+    page = st.page
+    page.locator("#extensionsMenuButton").click()
+    page.locator("#chronicler_menu_item").click()
+    page.locator(".chronicler-panel").wait_for(state="visible")
+    page.wait_for_function("() => document.activeElement?.id === 'chronicler_tab_memories'")
+    tablist = page.get_by_role("tablist", name="Memory panel sections")
+    assert tablist.get_attribute("aria-label")
+    tabs = tablist.locator("[role=tab]")
+    assert tabs.count() == 5
+    for i in range(5):
+        tab = tabs.nth(i)
+        panel_id = tab.get_attribute("aria-controls")
+        assert page.locator(f"#{panel_id}").get_attribute("aria-labelledby") == tab.get_attribute("id")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => document.activeElement?.id === 'chronicler_tab_characters'")
+    assert page.locator("#chronicler_tab_characters").get_attribute("aria-selected") == "true"
+    assert page.locator("#chronicler_tabpanel_characters").is_visible()
+    assert not page.locator("#chronicler_tabpanel_memories").is_visible()
+    page.keyboard.press("End")
+    page.wait_for_function("() => document.activeElement?.id === 'chronicler_tab_context'")
+    page.keyboard.press("ArrowRight")  # wraps around
+    page.wait_for_function("() => document.activeElement?.id === 'chronicler_tab_memories'")
+    page.keyboard.press("Tab")  # into the tab's content: the scope picker comes first
+    assert page.evaluate("() => document.activeElement?.getAttribute('aria-label')") == "Whose memories"
+    page.keyboard.press("Escape")
+    page.locator(".chronicler-panel").wait_for(state="detached")
+
+    open_panel(st, "context")
+    assert page.locator("#chronicler_tab_context").get_attribute("aria-selected") == "true"
+    close_panel(st)
+
+
+# --- the Memories tab ------------------------------------------------------------------------
+def row(st: STPage, text: str):
+    return st.page.locator(".chronicler-memories .chronicler-memory").filter(has_text=text)
+
+
+def test_rv9b_rv8_add_edit_pin_and_delete_a_memory(st: STPage, sidecar: Sidecar, seraphina: dict) -> None:
+    """rules RV9b, RV8, RV11: a person adds a memory (at most 500 characters, with a live counter)
+    for a scope they pick and may pin it; edits it in place (Escape cancels without closing the
+    panel, Ctrl+Enter saves), unpins it and deletes it after a confirmation."""
+    avatar = seraphina["avatar"]
+    page = st.page
+    open_panel(st)
+    page.get_by_role("button", name="Add", exact=True).click()
+    box = page.get_by_label("Text of the new memory")
+    box.fill("x" * 501)
+    counter = page.locator(".chronicler-add .chronicler-counter")
+    assert counter.inner_text() == "501 / 500" and "over" in counter.get_attribute("class")
+    assert "disabled" in page.locator(".chronicler-add .menu_button", has_text="Save memory").get_attribute("class")
+    box.fill("Ann keeps her mother's silver ring on a cord around her neck.")
+    assert counter.inner_text() == "61 / 500"
+    page.get_by_label("Who remembers it").select_option(f"character:{avatar}")
+    page.locator(".chronicler-add label", has_text="Pin it").click()
+    page.locator(".chronicler-add .menu_button", has_text="Save memory").click()
+    row(st, "silver ring").wait_for()
+    assert "pinned" in row(st, "silver ring").get_attribute("class")
+    saved = memories(sidecar, scope="character", character_id=avatar)
+    assert [(m["text"], m["pinned"], m["actor"]) for m in saved] == [
+        ("Ann keeps her mother's silver ring on a cord around her neck.", True, "user")]
+    assert page.locator(".chronicler-quota").inner_text().startswith("Pinned 1 / 20 · Unpinned 0 / 100")
+
+    row(st, "silver ring").get_by_role("button", name="Edit memory").click()
+    editor = page.get_by_label("Edit memory text")
+    editor.fill("Changed my mind")
+    editor.press("Escape")
+    assert page.locator(".chronicler-panel").is_visible(), "Escape in the editor closes only the editor"
+    assert row(st, "silver ring").count() == 1
+    row(st, "silver ring").get_by_role("button", name="Edit memory").click()
+    editor.fill("Ann keeps her mother's silver ring on a cord; she never takes it off.")
+    editor.press("Control+Enter")
+    row(st, "never takes it off").wait_for()
+    assert memories(sidecar, scope="character", character_id=avatar)[0]["text"].endswith("never takes it off.")
+
+    row(st, "never takes it off").get_by_role("button", name="Unpin memory").click()
+    wait_until(lambda: not memories(sidecar, scope="character", character_id=avatar)[0]["pinned"], what="unpinned")
+    row(st, "never takes it off").get_by_role("button", name="Delete memory").click()
+    confirm_popup(st, "Delete this memory?").get_by_text("Delete", exact=True).click()
+    wait_rows(st, 0)
+    assert memories(sidecar, scope="character", character_id=avatar) == []
+    panel_shot(st, "memories-after-delete")
+
+
+def test_rv8_hundreds_of_memories_page_filter_and_restore_archived(st: STPage, sidecar: Sidecar, seraphina: dict) -> None:
+    """rules RV8, DC4: with 130 unpinned memories the scope shows 100 / 100 and 30 archived; the
+    list renders in pages (60 rows, then more on demand), the filter narrows it as you type, and an
+    archived memory can be restored (the least recently updated one is archived instead)."""
+    avatar = seraphina["avatar"]
+    for i in range(130):
+        remember(sidecar, f"Fact number {i:03d}: the {['oak', 'river', 'mill', 'tower', 'bridge'][i % 5]} keeps a secret.", avatar)
+    page = st.page
+    open_panel(st)
+    wait_rows(st, 60)
+    assert page.locator(".chronicler-quota").inner_text().startswith("Pinned 0 / 20 · Unpinned 100 / 100")
+    more = page.locator(".chronicler-more")
+    assert more.inner_text().strip() == "Show more (40 left)"
+    more.click()
+    wait_rows(st, 100)
+    page.get_by_label("Filter memories by text").fill("number 129")
+    wait_rows(st, 1)
+    page.get_by_label("Filter memories by text").fill("MILL keeps")
+    wait_rows(st, 20)
+    page.get_by_label("Filter memories by text").fill("")
+    toggle = page.locator(".chronicler-memories label", has_text="Show archived")
+    assert toggle.inner_text().strip() == "Show archived (30)"
+    toggle.click()
+    page.wait_for_function("() => document.querySelectorAll('.chronicler-memory.archived').length === 30")
+    assert "Archived (30)" in page.locator(".chronicler-memories").inner_text()
+    panel_shot(st, "memories-archived")
+    page.get_by_label("Filter memories by text").fill("number 000")
+    oldest = page.locator(".chronicler-memory.archived", has_text="number 000")
+    oldest.get_by_role("button", name="Restore").click()
+    page.wait_for_function("() => /Restored/.test(document.querySelector('.chronicler-memories .chronicler-status').textContent)")
+    toggle.click()
+    wait_rows(st, 1)
+    active = {m["text"][:15] for m in memories(sidecar, scope="character", character_id=avatar)}
+    assert "Fact number 000" in active and len(active) == 100
+    assert "Fact number 030" not in active, "the least recently updated active one was archived"
+    panel_shot(st, "memories-archived-restored")
+
+
+def test_rv19_delete_all_asks_twice_and_spares_pinned_first(st: STPage, sidecar: Sidecar, seraphina: dict) -> None:
+    """rule RV19: "Delete all" first removes every unpinned memory of the scope and says how many
+    pinned remain; deleting those needs a second, separately worded confirmation."""
+    avatar = seraphina["avatar"]
+    for i in range(3):
+        remember(sidecar, f"Pinned fact {i}", avatar, pinned=True)
+    for i in range(5):
+        remember(sidecar, f"Loose fact {i}", avatar)
+    remember(sidecar, "A global fact that stays.")
+    page = st.page
+    open_panel(st)
+    wait_rows(st, 8)
+    page.get_by_role("button", name="Delete all…").click()
+    first = confirm_popup(st, "Delete all unpinned memories of Seraphina?")
+    assert "Pinned memories are kept" in first.inner_text()
+    panel_shot(st, "delete-all-first-step")
+    first.get_by_text("Delete unpinned", exact=True).click()
+    second = confirm_popup(st, "Also delete the 3 pinned memories of Seraphina?")
+    assert "These are moments you marked yourself and protected from the AI." in second.inner_text()
+    left = memories(sidecar, scope="character", character_id=avatar)
+    assert sorted(m["text"] for m in left) == ["Pinned fact 0", "Pinned fact 1", "Pinned fact 2"]
+    panel_shot(st, "delete-all-second-step")
+    second.get_by_text("Keep them", exact=True).click()
+    page.wait_for_function("() => /kept 3 pinned memories/.test(document.querySelector('.chronicler-memories .chronicler-status').textContent)")
+    wait_rows(st, 3)
+
+    page.get_by_role("button", name="Delete all…").click()
+    confirm_popup(st, "Delete all unpinned memories of Seraphina?").get_by_text("Delete unpinned", exact=True).click()
+    confirm_popup(st, "Also delete the 3 pinned memories").get_by_text("Delete 3 pinned memories", exact=True).click()
+    page.wait_for_function("() => /This scope is empty/.test(document.querySelector('.chronicler-memories .chronicler-status').textContent)")
+    assert memories(sidecar, scope="character", character_id=avatar) == []
+    assert [m["text"] for m in memories(sidecar, scope="global")] == ["A global fact that stays."]
+
+
+def test_dc4_memory_text_is_shown_as_text_never_as_html(st: STPage, sidecar: Sidecar, seraphina: dict) -> None:
+    """rule DC4 (security): memory text is untrusted; an `<img onerror>` memory shows as the
+    literal text in the list and in the delete confirmation, and no script runs."""
+    remember(sidecar, XSS, seraphina["avatar"])
+    page = st.page
+    open_panel(st)
+    wait_rows(st, 1)
+    shown = page.locator(".chronicler-memory-text").first.inner_text()
+    assert shown == XSS
+    assert page.locator(".chronicler-panel img").count() == 0
+    row(st, "onerror").get_by_role("button", name="Delete memory").click()
+    popup = confirm_popup(st, "onerror")
+    assert popup.locator(".chronicler-confirm img").count() == 0
+    panel_shot(st, "xss-as-text")
+    popup.get_by_text("Cancel", exact=True).click()
+    page.wait_for_timeout(300)
+    assert page.evaluate("() => window.__chroniclerXss") is None
+
+
+# --- save from conversation (RV9d) and generate memories (RV9c) ------------------------------
+def pick_boxes(st: STPage):
+    return st.page.locator("#chat .mes .chronicler-pick input")
+
+
+def review_popup(st: STPage) -> Any:
+    popup = st.page.locator("dialog.popup[open]:not([closing])").filter(has_text="Review memory drafts").last
+    popup.wait_for(timeout=30_000)
+    return popup
+
+
+def test_rv9d_save_from_conversation_refuses_the_21st_message_and_saves_20_pinned(
+        st: STPage, sidecar: Sidecar, seraphina: dict) -> None:
+    """rule RV9d: checkboxes appear on the chat's messages; 20 may be picked and the 21st is
+    refused with a message; "keep raw text" turns the 20 into at most 5 drafts (every picked
+    message in one of them, each at most 500 characters), reviewed, then saved pinned."""
+    avatar = seraphina["avatar"]
+    add_chat_messages(st, 24)
+    page = st.page
+    open_panel(st)
+    page.get_by_role("button", name="Save from conversation").click()
+    page.locator(".chronicler-panel").wait_for(state="detached")
+    bar = page.locator(".chronicler-pick-bar")
+    bar.wait_for()
+    boxes = pick_boxes(st)
+    assert boxes.count() >= 21
+    for i in range(20):
+        boxes.nth(i).check()
+    assert bar.locator(".chronicler-pick-count").inner_text() == "20 / 20 messages picked"
+    boxes.nth(20).click()
+    assert not boxes.nth(20).is_checked()
+    assert "You can pick at most 20 messages" in bar.locator("[role=alert]").inner_text()
+    assert bar.locator(".chronicler-pick-count").inner_text() == "20 / 20 messages picked"
+    panel_shot(st, "pick-21st-refused-desktop")
+    picked_ids = st.evaluate("""n => { const c = SillyTavern.getContext();
+        return [...document.querySelectorAll('#chat .mes')].filter(m => m.querySelector('.chronicler-pick input')?.checked)
+            .map(m => c.chat[Number(m.getAttribute('mesid'))].extra.chronicler_id); }""", 20)
+    assert len(picked_ids) == 20
+
+    bar.get_by_role("button", name="Keep raw text").click()
+    popup = review_popup(st)
+    drafts = popup.locator(".chronicler-draft textarea")
+    assert drafts.count() == 5
+    texts = [drafts.nth(i).input_value() for i in range(5)]
+    assert all(0 < len(t) <= 500 for t in texts)
+    assert "Remember this, line 0" in texts[0]
+    assert "has 0 of 20 pinned memories: room for 20" in popup.inner_text()
+    assert page.locator("#chat .chronicler-pick").count() == 0, "the checkboxes are gone once the pick ends"
+    panel_shot(st, "review-drafts-desktop")
+    popup.get_by_text("Save as pinned memories", exact=True).click()
+    page.locator(".chronicler-panel").wait_for(state="visible")  # the panel opens on what was saved
+    wait_rows(st, 5)
+    saved = memories(sidecar, scope="character", character_id=avatar)
+    assert len(saved) == 5 and all(m["pinned"] and m["actor"] == "user" for m in saved)
+    assert sorted(i for m in saved for i in m["source_message_ids"]) == sorted(picked_ids)
+    assert sorted(m["text"] for m in saved) == sorted(texts)
+
+
+def test_rv9d_extract_with_the_model_asks_the_sidecar_for_drafts(st: STPage, sidecar: Sidecar, seraphina: dict) -> None:
+    """rule RV9d: "extract with the model" sends the picked messages to POST /v1/memories/drafts
+    and shows its drafts for review (here the sidecar has no model, and the dialog says so);
+    an edited draft is saved pinned with the ids of its messages."""
+    avatar = seraphina["avatar"]
+    add_chat_messages(st, 2)
+    page = st.page
+    sent: list[dict] = []
+    page.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.url.endswith("/v1/memories/drafts") and r.method == "POST" else None)
+    open_panel(st)
+    page.get_by_role("button", name="Save from conversation").click()
+    boxes = pick_boxes(st)
+    boxes.nth(boxes.count() - 2).check()
+    boxes.nth(boxes.count() - 1).check()
+    page.get_by_role("button", name="Extract with the model").click()
+    popup = review_popup(st)
+    assert "No model is configured for the sidecar" in popup.inner_text()
+    assert sent and sent[0]["mode"] == "conversation" and len(sent[0]["messages"]) == 2
+    assert sent[0]["character_id"] == avatar
+    first = popup.locator(".chronicler-draft textarea").first
+    first.fill("Ann's sister Lise was born on the 1st of May.")
+    for extra in range(1, popup.locator(".chronicler-draft").count()):
+        popup.get_by_label(f"Keep draft {extra + 1}").uncheck()
+    popup.get_by_text("Save as pinned memories", exact=True).click()
+    wait_until(lambda: memories(sidecar, scope="character", character_id=avatar), what="saved")
+    saved = memories(sidecar, scope="character", character_id=avatar)
+    assert [(m["text"], m["pinned"]) for m in saved] == [("Ann's sister Lise was born on the 1st of May.", True)]
+    assert saved[0]["source_message_ids"] and set(saved[0]["source_message_ids"]) <= {m["id"] for m in sent[0]["messages"]}
+
+
+def test_rv9c_generate_memories_reads_only_the_description(st: STPage, sidecar: Sidecar, seraphina: dict) -> None:
+    """rule RV9c: "generate memories" asks "What should the character remember?" (at most 1,000
+    characters, counted live), sends only that description (never the chat), and the reviewed
+    drafts are saved pinned for the chosen character."""
+    avatar = seraphina["avatar"]
+    page = st.page
+    sent: list[dict] = []
+    page.on("request", lambda r: sent.append(json.loads(r.post_data)) if r.url.endswith("/v1/memories/drafts") and r.method == "POST" else None)
+    open_panel(st)
+    page.get_by_role("button", name="Generate memories").click()
+    dialog = page.locator("dialog.popup[open]").filter(has_text="What should the character remember?").last
+    dialog.wait_for()
+    box = dialog.get_by_label("What should the character remember?")
+    box.fill("y" * 1001)
+    assert dialog.locator(".chronicler-counter").inner_text() == "1001 / 1000"
+    dialog.get_by_text("Draft memories", exact=True).click()
+    assert "at most 1000 characters" in dialog.locator("[role=alert]").inner_text()
+    box.fill("The traveller is called Ann. Ann is allergic to bee stings. Ann's sister Lise is missing.")
+    panel_shot(st, "generate-memories-desktop")
+    dialog.get_by_text("Draft memories", exact=True).click()
+    popup = review_popup(st)
+    assert sent == [{"mode": "description", "description": "The traveller is called Ann. Ann is allergic to bee stings. Ann's sister Lise is missing.",
+                     "character_id": avatar}]
+    drafts = popup.locator(".chronicler-draft textarea")
+    assert [drafts.nth(i).input_value() for i in range(drafts.count())] == [
+        "The traveller is called Ann.", "Ann is allergic to bee stings.", "Ann's sister Lise is missing."]
+    popup.get_by_label("Keep draft 3").uncheck()
+    drafts.nth(1).fill("Ann is badly allergic to bee stings.")
+    popup.get_by_text("Save memories", exact=True).click()
+    wait_until(lambda: len(memories(sidecar, scope="character", character_id=avatar)) == 2, what="two saved")
+    saved = memories(sidecar, scope="character", character_id=avatar)
+    assert sorted((m["text"], m["pinned"]) for m in saved) == [
+        ("Ann is badly allergic to bee stings.", True), ("The traveller is called Ann.", True)]
+
+
+# --- the Characters tab ----------------------------------------------------------------------
+def test_rv14_rv16_sheet_secrets_and_switches_in_the_characters_tab(st: STPage, sidecar: Sidecar, seraphina: dict) -> None:
+    """rules RV14, RV16, SW1, SW9b: the chat's memory switch and the character's learn-from-chat
+    switch reach the sidecar at once (the chat keeps its members, the sheet its fields); a field
+    and a secret known by another character are added and saved."""
+    avatar, chat_id = seraphina["avatar"], seraphina["chat_id"]
+    status, body = sidecar.request("PUT", "/v1/characters/ann.png", {"name": "Ann"})
+    assert status in (200, 201), body
+    status, body = sidecar.request("PUT", f"/v1/characters/{q(avatar)}", {
+        "name": "Seraphina", "sheet": {"personality": "Gentle guardian of the forest."}})
+    assert status in (200, 201), body
+    page = st.page
+    open_panel(st, "characters")
+    chat_switch = page.locator(".chronicler-chat-switch input[type=checkbox]")
+    chat_switch.wait_for()
+    assert chat_switch.is_checked()
+    chat_switch.uncheck()
+    wait_until(lambda: sidecar.request("GET", f"/v1/chats/{q(chat_id)}")[1]["chat"]["memory_enabled"] is False, what="memory off")
+    assert sidecar.request("GET", f"/v1/chats/{q(chat_id)}")[1]["chat"]["member_ids"] == [avatar]
+    chat_switch.check()
+    wait_until(lambda: sidecar.request("GET", f"/v1/chats/{q(chat_id)}")[1]["chat"]["memory_enabled"] is True, what="memory on")
+
+    learn = page.locator(".chronicler-sheet label", has_text="Learn from chat").locator("input")
+    learn.uncheck()
+    wait_until(lambda: sidecar.request("GET", f"/v1/characters/{q(avatar)}")[1]["character"]["learn_from_chat"] is False, what="learning off")
+    assert sidecar.request("GET", f"/v1/characters/{q(avatar)}")[1]["character"]["sheet"] == {"personality": "Gentle guardian of the forest."}
+
+    page.get_by_label("Name of a new sheet field").fill("Eye colour")
+    page.get_by_role("button", name="Add field").click()
+    page.get_by_role("textbox", name="Eye colour").fill("Amber, with flecks of green.")
+    page.get_by_role("button", name="Add secret").click()
+    page.get_by_role("textbox", name="Secret 1").fill("She was once human.")
+    page.get_by_label("Add a character who knows this secret").select_option("ann.png")
+    page.locator(".chronicler-chip", has_text="Ann").wait_for()
+    panel_shot(st, "characters-editing-desktop")
+    page.get_by_role("button", name="Save sheet").click()
+    page.wait_for_function("() => /Sheet saved/.test(document.querySelector('.chronicler-characters .chronicler-message').textContent)")
+    character = sidecar.request("GET", f"/v1/characters/{q(avatar)}")[1]["character"]
+    assert character["sheet"] == {"personality": "Gentle guardian of the forest.", "eye_colour": "Amber, with flecks of green.",
+                                  "secrets": [{"text": "She was once human.", "known_by": ["ann.png"]}]}
+    assert character["learn_from_chat"] is False, "saving the sheet leaves the switch as it was"
+    learn.check()
+    wait_until(lambda: sidecar.request("GET", f"/v1/characters/{q(avatar)}")[1]["character"]["learn_from_chat"] is True, what="learning on")
+
+
+# --- the Context tab -------------------------------------------------------------------------
+def test_qs_context_tab_explains_the_last_generation(st: STPage, sidecar: Sidecar, seraphina: dict) -> None:
+    """rules QS1–QS8 (explained): the Context tab draws the last generation's budget as a bar
+    (required / story cards / history / memory bank / free, widths proportional to tokens) and
+    lists what was included, truncated and left out with the reason, naming memories by text."""
+    avatar = seraphina["avatar"]
+    seed_story(sidecar, avatar)
+    add_chat_messages(st, 12)
+    if has_route(sidecar, "POST", "/v1/context"):
+        st.send("Seraphina, what do you remember about my sister?")
+        report = st.evaluate("() => window.chronicler.stats.lastReport")
+    else:  # the route is being built (issue 5): the same report, from the real assembler
+        report = context_report(st, sidecar, avatar, context_tokens=900)
+        show_report(st, report)
+    assert report and report["sections"]
+    page = st.page
+    open_panel(st, "context")
+    bar = page.locator(".chronicler-bar")
+    bar.wait_for()
+    total = max(report["context_tokens"], sum(s["used"] for s in report["sections"].values()))
+    required = sum(report["sections"][s]["used"] for s in (
+        "front_memory", "last_action", "pinned_memories", "authors_note", "plot_essentials",
+        "instructions", "character_sheets", "campaign_notes", "story_summary") if s in report["sections"])
+    widths = st.evaluate("() => Object.fromEntries([...document.querySelectorAll('.chronicler-bar-part')]"
+                         ".map(p => [p.className.match(/part-(\\w+)/)[1], p.getBoundingClientRect().width]))")
+    bar_width = bar.bounding_box()["width"] - 2  # its border
+    assert abs(widths["required"] / bar_width - required / total) < 0.01
+    assert set(widths) <= {"required", "cards", "history", "memory_bank", "free"}
+    assert f"Required {required:,}" in page.locator(".chronicler-legend").inner_text()
+    text = page.locator(".chronicler-context-body").inner_text()
+    assert "Pinned memories" in text and "“Ann is allergic to bee stings.” — in full" in text
+    dropped = [e for s in report["sections"].values() for e in s["dropped"] if e["reason"] == "no_room"]
+    assert dropped, "the small context leaves something out"
+    assert "left out: no room left" in text
+    panel_shot(st, "context-report-desktop")

@@ -3,7 +3,7 @@
 // Routes: GET /v1/characters, PUT /v1/characters/{id} (fields left out keep their values),
 // GET /v1/chats/{id}, PUT /v1/chats/{id}.
 
-import { button, checkbox, clear, el, iconButton, messageLine, newId, select, setDisabled } from './dom.js';
+import { autoGrow, button, checkbox, clear, el, iconButton, messageLine, newId, select, setDisabled } from './dom.js';
 import { describeError } from './memory_model.js';
 
 const FIELD_NAME = /^[a-z][a-z0-9_]{0,39}$/;
@@ -146,6 +146,7 @@ class CharactersTab {
             const boxId = newId('field');
             const box = el('textarea', { class: 'text_pole', attrs: { id: boxId, rows: 3, maxlength: 20000 } });
             box.value = this.draft.sheet[key];
+            autoGrow(box, 10);
             box.addEventListener('input', () => { this.draft.sheet[key] = box.value; });
             this.fields.append(el('div', { class: 'chronicler-field' },
                 el('div', { class: 'chronicler-field-head' }, el('label', { attrs: { for: boxId }, text: fieldLabel(key) }),

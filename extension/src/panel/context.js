@@ -73,7 +73,8 @@ class ContextTab {
         }
         if (capPercent !== null) bar.append(el('div', { class: 'chronicler-bar-cap', attrs: { style: `left: ${capPercent.toFixed(3)}%`, title: 'The 70% cap of Required' } }));
         const legend = el('ul', { class: 'chronicler-legend', attrs: { 'aria-hidden': 'true' } },
-            ...segments.map((s) => el('li', {}, el('span', { class: `chronicler-swatch part-${s.key}` }), `${s.label} ${n(s.tokens)} (${s.percent}%)`)));
+            ...segments.map((s) => el('li', {}, el('span', { class: `chronicler-swatch part-${s.key}` }), `${s.label} ${n(s.tokens)} (${s.percent}%)`)),
+            capPercent !== null ? el('li', {}, el('span', { class: 'chronicler-swatch chronicler-swatch-cap' }), 'Cap of Required (70%)') : null);
         return el('div', { class: 'chronicler-budget' }, bar, legend);
     }
 

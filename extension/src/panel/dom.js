@@ -121,6 +121,24 @@ export function charCounter(box, max) {
     return counter;
 }
 
+/**
+ * Let a text box grow with its text, up to `maxRows` lines (then it scrolls).
+ * @param {HTMLTextAreaElement} box
+ */
+export function autoGrow(box, maxRows = 10) {
+    const fit = () => {
+        if (!box.isConnected) return;
+        const style = getComputedStyle(box);
+        const line = parseFloat(style.lineHeight) || 20;
+        const chrome = box.offsetHeight - box.clientHeight + parseFloat(style.paddingTop) + parseFloat(style.paddingBottom);
+        box.style.height = 'auto';
+        box.style.height = `${Math.min(box.scrollHeight + (box.offsetHeight - box.clientHeight), line * maxRows + chrome)}px`;
+    };
+    box.addEventListener('input', fit);
+    requestAnimationFrame(fit);
+    return box;
+}
+
 /** A labelled checkbox in SillyTavern's `checkbox_label` style. */
 export function checkbox(label, { checked = false, onChange, id = newId('check'), title } = {}) {
     const input = el('input', { attrs: { type: 'checkbox', id } });
@@ -172,19 +190,4 @@ export function onEscape(node, handler) {
         event.stopPropagation();
         handler(event);
     });
-}
-
-/** Relative time in words for an ISO timestamp ("3 days ago"). */
-export function ago(iso, now = Date.now()) {
-    const t = Date.parse(iso);
-    if (!Number.isFinite(t)) return '';
-    const s = Math.max(0, Math.round((now - t) / 1000));
-    if (s < 60) return 'just now';
-    const steps = [[60, 'minute'], [24, 'hour'], [30, 'day'], [12, 'month'], [Infinity, 'year']];
-    let value = Math.floor(s / 60);
-    for (const [size, unit] of steps) {
-        if (value < size) return `${value} ${unit}${value === 1 ? '' : 's'} ago`;
-        value = Math.floor(value / size);
-    }
-    return '';
 }

@@ -2,7 +2,7 @@
 // description, never the chat) and the review of drafts (RV9c, RV9d: up to 5, editable, saved
 // pinned). Routes: POST /v1/memories/drafts, GET /v1/memories (pinned count), POST /v1/memories.
 
-import { charCounter, checkbox, clear, el, messageLine, newId, select } from './dom.js';
+import { autoGrow, charCounter, checkbox, clear, el, messageLine, newId, select } from './dom.js';
 import { DraftReview } from './drafts_model.js';
 import { PANEL_LIMITS } from './limits.js';
 import { describeError, parseView, quotaLine } from './memory_model.js';
@@ -120,6 +120,7 @@ export async function openReview(pctx, options) {
             const boxId = newId('draft');
             const box = el('textarea', { class: 'text_pole', attrs: { id: boxId, rows: 3, 'aria-label': `Text of draft ${item.key + 1}` } });
             box.value = item.text;
+            autoGrow(box, 8);
             const counter = charCounter(box, PANEL_LIMITS.memoryMaxChars);
             box.addEventListener('input', () => { review.setText(item.key, box.value); check(); });
             const keep = checkbox(`Draft ${item.key + 1}`, { checked: item.keep, onChange: (on) => { review.setKeep(item.key, on); row.classList.toggle('dropped', !on); check(); } });

@@ -3,7 +3,7 @@
 // a text filter; "delete all" in two steps. Routes: GET/POST /v1/memories, PATCH/DELETE
 // /v1/memories/{id}, POST /v1/memories/delete-all.
 
-import { ago, append, button, charCounter, checkbox, clear, debounce, el, iconButton, messageLine, onEscape, select, setDisabled } from './dom.js';
+import { autoGrow, button, charCounter, checkbox, clear, debounce, el, iconButton, messageLine, onEscape, select, setDisabled } from './dom.js';
 import { openGenerate } from './drafts.js';
 import { PANEL_LIMITS } from './limits.js';
 import { PagedList, emptyNote } from './list.js';
@@ -11,7 +11,7 @@ import {
     describeError, filterMemories, groupByScope, parseView, quotaCounts, quotaLine, scopeKey,
     sortMemories, viewQuery, viewTarget, viewValue,
 } from './memory_model.js';
-import { cut, plural } from './text.js';
+import { ago, cut, plural } from './text.js';
 
 const ACTOR_LABELS = { model: 'saved by the model', background: 'saved by deep memory' };
 
@@ -56,8 +56,8 @@ class MemoriesTab {
         });
         this.archivedToggle = checkbox('Show archived', {
             checked: Boolean(this.remembered.archived),
-            title: 'Items archived by the 100-per-scope limit: kept and searchable, no longer sent to the character.',
-            onChange: (on) => { this.remembered.archived = on; this.load(); },
+            title: 'Show the items archived by the 100-per-scope limit instead: kept and searchable, no longer sent to the character.',
+            onChange: (on) => { this.remembered.archived = on; this.renderList(); },
         });
         this.quota = el('div', { class: 'chronicler-quota', attrs: { 'aria-live': 'polite' } });
         this.addButton = button('Add', { icon: 'fa-plus', title: 'Add a memory', onClick: () => this.toggleAdd(true) });
@@ -65,6 +65,7 @@ class MemoriesTab {
         this.generateButton = button('Generate memories', { icon: 'fa-wand-magic-sparkles', title: 'Describe what the character should remember', onClick: () => this.generate() });
         this.deleteAllButton = button('Delete all…', { icon: 'fa-trash-can', class: 'chronicler-danger-button', onClick: () => this.deleteAll() });
         this.message = messageLine();
+        this.message.classList.add('chronicler-status');
         this.addForm = this.buildAddForm();
         this.listHost = el('div', { class: 'chronicler-list', attrs: { role: 'list', 'aria-label': 'Memories' } });
         this.element = el('div', { class: 'chronicler-memories' },
@@ -139,7 +140,7 @@ class MemoriesTab {
             const query = viewQuery(this.view);
             const [active, archived] = await Promise.all([
                 client.listMemories(query),
-                this.remembered.archived ? client.listMemories({ ...query, archived: true }) : Promise.resolve({ memories: [] }),
+                client.listMemories({ ...query, archived: true }),
             ]);
             this.active = sortMemories(active?.memories ?? []);
             this.archived = sortMemories(archived?.memories ?? []);
@@ -174,6 +175,8 @@ class MemoriesTab {
     }
 
     renderList() {
+        this.archivedToggle.querySelector('span').textContent = `Show archived (${this.archived.length})`;
+        if (this.remembered.archived) return this.renderArchived();
         const shown = filterMemories(this.active, this.filter.value);
         const items = [];
         const grouped = this.view.kind === 'all';
@@ -189,12 +192,16 @@ class MemoriesTab {
         if (!shown.length) {
             items.push({ note: this.active.length ? 'No memory matches the filter.' : 'No memories here yet. Add one, save some from the conversation, or let the characters save them as you play.' });
         }
-        if (this.remembered.archived) {
-            const archived = filterMemories(this.archived, this.filter.value);
-            items.push({ header: `Archived (${archived.length}): kept and searchable, no longer sent to the character` });
-            items.push(...archived.map((m) => ({ memory: m })));
-        }
         this.list.set(items, (item) => this.renderItem(item, grouped));
+    }
+
+    /** The archived items instead of the active ones (RV8 overflow: kept, restorable). */
+    renderArchived() {
+        const archived = filterMemories(this.archived, this.filter.value);
+        const items = [{ header: `Archived (${archived.length}): kept and searchable, no longer sent to the character. Restore one to use it again.` }];
+        items.push(...archived.map((m) => ({ memory: m })));
+        if (!archived.length) items.push({ note: this.archived.length ? 'No archived memory matches the filter.' : 'Nothing is archived: items are archived only when a scope goes past 100 unpinned memories.' });
+        this.list.set(items, (item) => this.renderItem(item, this.view.kind === 'all'));
     }
 
     groupTitle(key, count) {
@@ -245,6 +252,7 @@ class MemoriesTab {
         const max = PANEL_LIMITS.memoryMaxChars;
         const box = el('textarea', { class: 'text_pole', attrs: { rows: 3, 'aria-label': 'Edit memory text' } });
         box.value = prefill ?? m.text;
+        autoGrow(box, 8);
         const counter = charCounter(box, max);
         const error = messageLine('alert');
         const done = () => { editor.replaceWith(main); main.querySelector('[aria-label="Edit memory"]')?.focus(); };
@@ -342,7 +350,7 @@ class MemoriesTab {
         const count = quotaCounts(this.active, this.archived).get(scopeKey(target)) ?? { unpinned: 0, pinned: 0, archived: 0 };
         const unpinned = count.unpinned + count.archived;
         const first = await this.pctx.confirm(`Delete all unpinned memories of ${who}?`, [
-            `${plural(unpinned, 'unpinned memory', 'unpinned memories')}${this.remembered.archived ? '' : ' (archived ones included)'} will be deleted for good.`,
+            `${plural(unpinned, 'unpinned memory', 'unpinned memories')}${count.archived ? ` (${count.archived} of them archived)` : ''} will be deleted for good.`,
             count.pinned ? `Pinned memories are kept; you will be asked about them separately.` : 'There are no pinned memories in this scope.',
         ], { ok: 'Delete unpinned', danger: true });
         if (!first) return;

@@ -78,11 +78,13 @@ function makeContext(deps, panel) {
             const body = el('div', { class: 'chronicler-confirm' },
                 el('h3', { text: title }),
                 ...[].concat(lines).map((line) => el('p', { text: line })));
-            const result = await c.callGenericPopup(body, c.POPUP_TYPE.CONFIRM, '', {
+            // A destructive question defaults to the safe answer: Enter keeps things.
+            const popup = new c.Popup(body, c.POPUP_TYPE.CONFIRM, '', {
                 okButton: ok, cancelButton: cancel, leftAlign: true,
-                onOpen: (popup) => danger && popup.okButton.classList.add('chronicler-danger'),
+                defaultResult: danger ? c.POPUP_RESULT.NEGATIVE : c.POPUP_RESULT.AFFIRMATIVE,
             });
-            return result === c.POPUP_RESULT.AFFIRMATIVE;
+            if (danger) popup.okButton.classList.add('chronicler-danger');
+            return (await popup.show()) === c.POPUP_RESULT.AFFIRMATIVE;
         },
         /** A toast; `text` is escaped (toastr renders HTML). */
         toast(kind, text) {

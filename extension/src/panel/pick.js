@@ -114,7 +114,8 @@ class PickMode {
 
     update() {
         const n = this.selection.size;
-        this.count.textContent = `${n} / ${PANEL_LIMITS.maxSelected} messages picked`;
+        this.count.textContent = n ? `${n} / ${PANEL_LIMITS.maxSelected} messages picked`
+            : `Tick up to ${PANEL_LIMITS.maxSelected} messages worth remembering`;
         setDisabled(this.raw, n === 0);
         setDisabled(this.extract, n === 0);
     }

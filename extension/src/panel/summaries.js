@@ -5,9 +5,9 @@
 // GET /v1/chats/{id}/sessions, GET /v1/chats/{id}/sessions/{n}.
 
 import { messageId } from '../sync.js';
-import { ago, button, charCounter, clear, el, messageLine, onEscape, setDisabled } from './dom.js';
+import { autoGrow, button, charCounter, clear, el, messageLine, onEscape, setDisabled } from './dom.js';
 import { describeError, routeUnavailable } from './memory_model.js';
-import { plural } from './text.js';
+import { ago, plural } from './text.js';
 
 export const TIERS = Object.freeze([
     ['long_term', 'Long-term', 'Four consolidated summaries merged into one.'],
@@ -123,6 +123,7 @@ class SummariesTab {
     edit(card, text, editButton, summary) {
         const box = el('textarea', { class: 'text_pole', attrs: { rows: 6, 'aria-label': 'Summary text' } });
         box.value = summary.text;
+        autoGrow(box, 14);
         const counter = charCounter(box, 20000);
         const error = messageLine('alert');
         const done = () => { editor.replaceWith(text); editButton.hidden = false; editButton.focus(); };

@@ -46,3 +46,18 @@ export function fold(text) {
 export function plural(n, one, many) {
     return `${n} ${n === 1 ? one : many}`;
 }
+
+/** Relative time in words for an ISO timestamp ("3 days ago"). */
+export function ago(iso, now = Date.now()) {
+    const t = Date.parse(iso);
+    if (!Number.isFinite(t)) return '';
+    const s = Math.max(0, Math.round((now - t) / 1000));
+    if (s < 60) return 'just now';
+    const steps = [[60, 'minute'], [24, 'hour'], [30, 'day'], [12, 'month'], [Infinity, 'year']];
+    let value = Math.floor(s / 60);
+    for (const [size, unit] of steps) {
+        if (value < size) return `${value} ${unit}${value === 1 ? '' : 's'} ago`;
+        value = Math.floor(value / size);
+    }
+    return '';
+}
