@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from flask import Flask
 
-from . import characters, chats, drafts, health, memories
+from . import characters, chats, conversation, drafts, health, memories
 
-BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp, drafts.bp]
+BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp, conversation.bp, drafts.bp]
 
 
 def register(app: Flask) -> None:
