@@ -171,7 +171,7 @@ def seed_story(sidecar: Sidecar, avatar: str) -> None:
 def context_report(st: STPage, sidecar: Sidecar, avatar: str, context_tokens: int = 1100) -> dict:
     """A real report from the real assembler (server_plugin.assemble) over this chat's messages and
     Seraphina's memories, as POST /v1/context returns it; used while that route is being built."""
-    from server_plugin.assemble import Candidates, Item, LastAction, Message, assemble
+    from server_plugin.assemble import Candidates, Card, Item, LastAction, Message, assemble
     from server_plugin.tokens import get_counter
 
     chat = st.evaluate("() => SillyTavern.getContext().chat.map(m => ({id: m.extra?.chronicler_id, text: m.mes,"
@@ -187,6 +187,8 @@ def context_report(st: STPage, sidecar: Sidecar, avatar: str, context_tokens: in
         authors_note="Keep the forest's mood calm and wary.",
         character_sheets=[Item("sheet:" + avatar, "Seraphina: gentle guardian of the forest. " * 12)],
         story_summary=[Item("summary:1", "Ann woke in Seraphina's glade after the wolves attacked. " * 30)],
+        story_cards=[Card("lore:lise", "Lise, Ann's younger sister, vanished in the spring flood.", ("Lise",)),
+                     Card("lore:mill", "The old mill by the river has been empty for years.", ("mill",))],
     )
     return assemble(candidates, context_tokens, get_counter()).to_dict()["report"]
 
@@ -217,6 +219,8 @@ def test_dc4_screens_of_every_tab(st: STPage, sidecar: Sidecar, seraphina: dict,
         }""", tab)
         assert overflow <= 1, f"{tab} overflows sideways by {overflow}px at {size} width"
         panel_shot(st, f"{tab}-{size}")
+        if size == "desktop" and tab in ("memories", "context"):  # the README's pictures come from these
+            st.page.locator("dialog.chronicler-popup").screenshot(path=str(PANEL_SHOTS / f"readme-{tab}.png"))
 
 
 # --- the shell -------------------------------------------------------------------------------

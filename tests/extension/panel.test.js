@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { SidecarClient, queryString } from '../../extension/src/client.js';
-import { BAR_GROUPS, budgetSegments, percentages, reasonLabel, reportSections } from '../../extension/src/panel/budget.js';
+import { BAR_GROUPS, budgetSegments, entryGroups, percentages, reasonLabel, reportSections } from '../../extension/src/panel/budget.js';
 import { fieldKey, fieldLabel } from '../../extension/src/panel/characters.js';
 import { DraftReview, SelectionSet, fitLines, limitMessage, rawDrafts, runLengths } from '../../extension/src/panel/drafts_model.js';
 import { jobSummary } from '../../extension/src/panel/jobs.js';
@@ -234,6 +234,17 @@ test('qs3: report sections in order, empty ones left out, entries with their rea
     assert.equal(reasonLabel('after_cut'), 'left out: comes after the cut (QS3)');
     assert.equal(reasonLabel('no_room'), 'left out: no room left');
     assert.equal(reasonLabel('brand_new_reason'), 'brand new reason');
+});
+
+test('qs5: long lists are cut to a page; cards that were not triggered are only counted', () => {
+    const entries = [
+        ...Array.from({ length: 45 }, (_, i) => ({ id: `h${i}`, kind: 'dropped', reason: 'no_room' })),
+        ...Array.from({ length: 500 }, (_, i) => ({ id: `c${i}`, kind: 'dropped', reason: 'not_triggered' })),
+        { id: 'c-in', kind: 'included', reason: 'triggered' },
+    ];
+    const groups = entryGroups(entries, 30);
+    assert.deepEqual(groups.map((g) => [g.kind, g.total, g.shown.length, g.more]), [['included', 1, 1, 0], ['dropped', 545, 30, 15]]);
+    assert.deepEqual(groups[1].quiet, [['not_triggered', 500]]);
 });
 
 // --- other tabs -----------------------------------------------------------------------------

@@ -109,3 +109,22 @@ export function reportSections(report) {
         return { name, label: sectionLabel(name), allocated: s.allocated ?? 0, available: s.available ?? 0, used: s.used ?? 0, entries };
     }).filter((s) => s.used || s.entries.length);
 }
+
+/** Reasons that only say an item was not a candidate: counted, not listed one by one. */
+export const QUIET_REASONS = Object.freeze(['not_triggered', 'empty']);
+
+/**
+ * One section's entries as the tab lists them: per kind, at most `max` shown, the rest counted;
+ * quiet reasons (a card not triggered) only counted, since a world of 500 cards would drown the list.
+ * @param {Array<{kind: string, reason: string}>} entries from reportSections()
+ * @returns {Array<{kind: string, shown: object[], more: number, quiet: Array<[string, number]>}>}
+ */
+export function entryGroups(entries, max = 30) {
+    return ['included', 'truncated', 'dropped'].map((kind) => {
+        const all = entries.filter((e) => e.kind === kind);
+        const loud = all.filter((e) => !QUIET_REASONS.includes(e.reason));
+        const quiet = new Map();
+        for (const e of all) if (QUIET_REASONS.includes(e.reason)) quiet.set(e.reason, (quiet.get(e.reason) ?? 0) + 1);
+        return { kind, total: all.length, shown: loud.slice(0, max), more: Math.max(0, loud.length - max), quiet: [...quiet] };
+    }).filter((g) => g.total);
+}

@@ -5,7 +5,7 @@
 // and GET /v1/lore when the report cites them.
 
 import { messageId } from '../sync.js';
-import { DYNAMIC_SECTIONS, budgetSegments, reasonLabel, reportSections } from './budget.js';
+import { DYNAMIC_SECTIONS, QUIET_REASONS, budgetSegments, entryGroups, reasonLabel, reportSections } from './budget.js';
 import { button, clear, el } from './dom.js';
 import { describeError } from './memory_model.js';
 import { cut } from './text.js';
@@ -80,21 +80,23 @@ class ContextTab {
 
     sections(report, labels) {
         return reportSections(report).map((s) => {
-            const counts = ['included', 'truncated', 'dropped'].map((k) => [k, s.entries.filter((e) => e.kind === k)]);
-            const line = counts.filter(([, list]) => list.length).map(([k, list]) => `${list.length} ${KIND_LABELS[k].toLowerCase()}`).join(', ');
+            const groups = entryGroups(s.entries);
+            const line = groups.map((g) => `${g.total} ${KIND_LABELS[g.kind].toLowerCase()}`).join(', ');
             const dynamic = DYNAMIC_SECTIONS.includes(s.name);
             const size = dynamic ? `${n(s.used)} of ${n(s.available)} tokens available` : `${n(s.used)} tokens`;
             const head = el('summary', {},
                 el('b', { text: s.label }),
                 el('span', { class: 'chronicler-when', text: ` ${size}${line ? ` · ${line}` : ''}` }));
-            const open = s.entries.some((e) => e.kind !== 'included') || ['pinned_memories', 'memory_bank'].includes(s.name);
+            const loudDrops = s.entries.some((e) => e.kind !== 'included' && !QUIET_REASONS.includes(e.reason));
+            const open = loudDrops || ['pinned_memories', 'memory_bank'].includes(s.name);
             const details = el('details', { class: 'chronicler-section', attrs: { open } }, head);
-            for (const [kind, list] of counts) {
-                if (!list.length) continue;
-                details.append(el('h5', { text: `${KIND_LABELS[kind]} (${list.length})` }),
-                    el('ul', { class: `chronicler-entries ${kind}` }, ...list.map((e) => el('li', {},
-                        el('span', { class: 'chronicler-entry-name', text: labels.get(e.id) ?? e.id }),
-                        el('span', { class: 'chronicler-entry-why', text: ` — ${reasonLabel(e.reason)}${e.tokens ? ` · ${n(e.tokens)} tokens` : ''}${e.detail ? ` · ${e.detail}` : ''}` })))));
+            for (const g of groups) {
+                const list = el('ul', { class: `chronicler-entries ${g.kind}` }, ...g.shown.map((e) => el('li', {},
+                    el('span', { class: 'chronicler-entry-name', text: labels.get(e.id) ?? e.id }),
+                    el('span', { class: 'chronicler-entry-why', text: ` — ${reasonLabel(e.reason)}${e.tokens ? ` · ${n(e.tokens)} tokens` : ''}${e.detail ? ` · ${e.detail}` : ''}` }))));
+                if (g.more) list.append(el('li', { class: 'chronicler-hint', text: `…and ${g.more} more` }));
+                for (const [reason, count] of g.quiet) list.append(el('li', { class: 'chronicler-hint', text: `${count} ${reasonLabel(reason)}` }));
+                details.append(el('h5', { text: `${KIND_LABELS[g.kind]} (${g.total})` }), list);
             }
             return details;
         });
