@@ -295,7 +295,7 @@ test('dc4: the panel\'s client calls build the documented paths, ids percent-enc
     const client = new SidecarClient({ baseUrl: 'http://sidecar', fetchImpl });
     await client.listMemories({ scope: 'character', character_id: 'a b.png', archived: true, q: undefined });
     await client.patchMemory('m_1', { text: 'x', actor: 'user', version: 2 });
-    await client.deleteMemory('m_1');
+    await client.deleteMemory('m_1', 'user');
     await client.deleteAllMemories({ scope: 'global', include_pinned: true });
     await client.memoryDrafts({ mode: 'description', description: 'd' });
     await client.getSession('Chat @1', 3);
@@ -310,5 +310,5 @@ test('dc4: the panel\'s client calls build the documented paths, ids percent-enc
         ['POST', '/v1/jobs/j%2F1/retry', {}],
     ]);
     assert.equal(queryString({}), '');
-    assert.equal(queryString({ a: '', b: null }), '');
+    assert.equal(queryString({ a: undefined, b: null }), '');
 });
