@@ -9,7 +9,7 @@ import { fieldKey, fieldLabel } from '../../extension/src/panel/characters.js';
 import { DraftReview, SelectionSet, fitLines, limitMessage, rawDrafts, runLengths } from '../../extension/src/panel/drafts_model.js';
 import { jobSummary } from '../../extension/src/panel/jobs.js';
 import { PANEL_LIMITS } from '../../extension/src/panel/limits.js';
-import { filterLore, parseTriggers } from '../../extension/src/panel/lore.js';
+import { filterLore, importSummary, parseTriggers } from '../../extension/src/panel/lore.js';
 import {
     describeError, filterMemories, groupByScope, isMissingRoute, parseView, quotaCounts, quotaLine,
     routeUnavailable, scopeKey, sortMemories, viewQuery, viewTarget, viewValue,
@@ -274,6 +274,23 @@ test('sw7: lore triggers from a comma list; lore filter over title, text and tri
     assert.deepEqual(parseTriggers(' Lise , the mill,,lise, Old Oak '), ['Lise', 'the mill', 'Old Oak']);
     const entries = [{ id: '1', title: 'The mill', text: 'Grinds grain.', triggers: ['miller'] }, { id: '2', title: 'Oak', text: 'Old tree.', triggers: [] }];
     assert.deepEqual(filterLore(entries, 'MILLER grain').map((e) => e.id), ['1']);
+});
+
+test('sw7: a World Info import is summed up from its report', () => {
+    const answer = {
+        lore: [{ id: 'l1' }, { id: 'l2' }],
+        report: {
+            format: 'world_info', dry_run: false, notes: [], not_mapped: [],
+            entries: [
+                { ref: '0', title: 'a', status: 'imported', id: 'l1', not_mapped: [{ field: 'selective', value: true, note: '' }] },
+                { ref: '1', title: 'b', status: 'imported', id: 'l2', not_mapped: [{ field: 'selective', value: false, note: '' }, { field: 'depth', value: 4, note: '' }] },
+                { ref: '2', title: 'c', status: 'skipped', id: null, not_mapped: [] },
+            ],
+        },
+    };
+    assert.equal(importSummary(answer, 'world.json'),
+        'Imported 2 entries from world.json. 1 entry was skipped. 2 World Info settings we do not use were kept in the entries\' metadata.');
+    assert.equal(importSummary({ lore: [{}], report: { entries: [] } }, 'w.json'), 'Imported 1 entry from w.json.');
 });
 
 test('sw1: sheet field names typed by a person become sheet keys', () => {

@@ -49,8 +49,9 @@ class ContextTab {
             this.body.append(el('p', { class: 'chronicler-empty', text: 'No generation with Chronicler\'s context yet. Send a message: the budget of each generation shows here.' }));
             return;
         }
-        const labels = await this.labels(report);
-        this.body.append(this.summary(report, stats), this.bar(report), ...this.sections(report, labels));
+        const known = await this.pctx.characters();
+        const labels = await this.labels(report, known);
+        this.body.append(this.summary(report, stats), this.present(report, known), this.bar(report), ...this.sections(report, labels));
     }
 
     summary(report, stats) {
@@ -61,6 +62,15 @@ class ContextTab {
         return el('p', { class: 'chronicler-context-summary' },
             el('b', { text: `${n(used)} of ${n(total)} tokens used` }),
             ` · Required is capped at ${n(report.required_cap)} (70%)${last}${trimmed}`);
+    }
+
+    /** Who was in the scene (SW1) and why: the report's `present`. */
+    present(report, known) {
+        const entries = Object.entries(report.present ?? {});
+        if (!entries.length) return null;
+        const why = { speaker: 'speaking', member: 'in the chat', present_ids: 'present', mentioned: 'mentioned' };
+        return el('p', { class: 'chronicler-hint chronicler-present' },
+            `Present: ${entries.map(([id, reason]) => `${this.pctx.nameOf(id, known)} (${why[reason] ?? reason})`).join(', ')}`);
     }
 
     bar(report) {
@@ -103,8 +113,9 @@ class ContextTab {
     }
 
     /** Names for the ids a report cites: chat messages, memories, lore entries. */
-    async labels(report) {
+    async labels(report, known) {
         const labels = new Map();
+        for (const [id, character] of known ?? []) labels.set(id, character.name);
         (this.pctx.st().chat ?? []).forEach((m, i) => {
             const id = messageId(m);
             if (id) labels.set(id, `#${i} ${m.name ?? ''}: ${cut(String(m.mes ?? '').replace(/\s+/g, ' '), 70)}`);

@@ -8,6 +8,8 @@ import { PagedList, emptyNote } from './list.js';
 import { describeError, routeUnavailable } from './memory_model.js';
 import { cut, fold, plural } from './text.js';
 
+const SOURCE_LABELS = { import: 'imported', job: 'written by a session job' };
+
 /** "a, b ,, c" -> ["a", "b", "c"] (duplicates dropped, case kept). */
 export function parseTriggers(text) {
     const seen = new Set();
@@ -27,6 +29,21 @@ export function filterLore(entries, query) {
         const hay = fold([e.title, e.text, ...(e.triggers ?? [])].join(' '));
         return words.every((w) => hay.includes(w));
     });
+}
+
+/**
+ * What an import did, in one sentence (POST /v1/lore/import's `report`).
+ * @param {{lore?: object[], report?: {entries?: Array<{status: string}>, not_mapped?: object[], notes?: string[]}}} answer
+ */
+export function importSummary(answer, fileName) {
+    const entries = answer?.report?.entries ?? [];
+    const imported = entries.filter((e) => e.status === 'imported').length || (answer?.lore?.length ?? 0);
+    const skipped = entries.filter((e) => e.status === 'skipped').length;
+    const kept = new Set([...(answer?.report?.not_mapped ?? []), ...entries.flatMap((e) => e.not_mapped ?? [])].map((n) => n.field)).size;
+    const parts = [`Imported ${plural(imported, 'entry', 'entries')} from ${fileName}.`];
+    if (skipped) parts.push(`${plural(skipped, 'entry was', 'entries were')} skipped.`);
+    if (kept) parts.push(`${plural(kept, 'World Info setting', 'World Info settings')} we do not use ${kept === 1 ? 'was' : 'were'} kept in the entries' metadata.`);
+    return parts.join(' ');
 }
 
 /**
@@ -95,7 +112,9 @@ class LoreTab {
 
     row(entry) {
         const triggers = el('div', { class: 'chronicler-meta' });
+        if (entry.enabled === false) triggers.append(el('span', { class: 'chronicler-badge', text: 'disabled' }));
         if (entry.always) triggers.append(el('span', { class: 'chronicler-badge pinned', text: 'always' }));
+        if (SOURCE_LABELS[entry.source]) triggers.append(el('span', { class: 'chronicler-badge', text: SOURCE_LABELS[entry.source] }));
         for (const t of entry.triggers ?? []) triggers.append(el('span', { class: 'chronicler-chip', text: t }));
         if (!(entry.triggers ?? []).length && !entry.always) triggers.append(el('span', { class: 'chronicler-hint', text: 'no triggers' }));
         triggers.append(el('span', { class: 'chronicler-when', text: this.visibility(entry) }));
@@ -117,6 +136,7 @@ class LoreTab {
         const text = el('textarea', { class: 'text_pole', attrs: { id: textId, rows: 5 } });
         const triggers = el('input', { class: 'text_pole', attrs: { id: trigId, placeholder: 'Words or phrases, separated by commas' } });
         const always = checkbox('Always include (no trigger needed)', { checked: Boolean(entry?.always) });
+        const enabled = checkbox('Enabled', { checked: entry?.enabled !== false, title: 'A disabled entry is kept but never used.' });
         title.value = entry?.title ?? '';
         text.value = entry?.text ?? '';
         triggers.value = (entry?.triggers ?? []).join(', ');
@@ -146,8 +166,9 @@ class LoreTab {
         const close = () => { clear(this.formHost); this.addButton.focus(); };
         const save = button(entry ? 'Save entry' : 'Add entry', { icon: 'fa-check', onClick: async () => {
             if (!title.value.trim() || !text.value.trim()) return error.show('An entry needs a title and a text.', 'error');
-            const body = { title: title.value.trim(), text: text.value, triggers: parseTriggers(triggers.value), known_by: knownBy };
-            if (always.input.checked || entry?.always !== undefined) body.always = always.input.checked;
+            const body = { title: title.value.trim(), text: text.value, triggers: parseTriggers(triggers.value), known_by: knownBy,
+                always: always.input.checked, enabled: enabled.input.checked };
+            if (entry?.version) body.version = entry.version;
             setDisabled(save, true);
             try {
                 if (entry) await this.pctx.client().patchLore(entry.id, body);
@@ -157,14 +178,15 @@ class LoreTab {
                 this.message.show(entry ? 'Entry saved.' : 'Entry added.', 'ok');
             } catch (e) {
                 setDisabled(save, false);
-                error.show(describeError(e), 'error');
+                error.show(e?.code === 'version_conflict' ? 'This entry was changed meanwhile (by a session job or another window). Cancel and open it again.' : describeError(e), 'error');
             }
         } });
         const form = el('div', { class: 'chronicler-form', attrs: { role: 'group', 'aria-label': entry ? 'Edit lore entry' : 'New lore entry' } },
             el('div', { class: 'chronicler-grid' },
                 el('label', { attrs: { for: titleId }, text: 'Title' }), title,
                 el('label', { attrs: { for: trigId }, text: 'Triggers' }), triggers),
-            el('label', { attrs: { for: textId }, text: 'Text' }), text, always, who,
+            el('label', { attrs: { for: textId }, text: 'Text' }), text,
+            el('div', { class: 'chronicler-toolbar' }, always, enabled), who,
             el('div', { class: 'chronicler-toolbar' }, el('div', { class: 'chronicler-spacer' }), save, button('Cancel', { icon: 'fa-xmark', onClick: close })), error);
         onEscape(form, close);
         this.formHost.append(form);
@@ -197,12 +219,11 @@ class LoreTab {
             return this.message.show(`${file.name} does not look like a SillyTavern World Info file (it has no "entries").`, 'error');
         }
         this.message.show(`Importing ${file.name}…`, 'info');
+        const name = String(data.name ?? file.name.replace(/\.json$/i, '')).slice(0, 200) || 'World Info';
         try {
-            const answer = await this.pctx.client().importLore(data);
+            const answer = await this.pctx.client().importLore({ world_info: data, name });
             await this.show();
-            const n = answer?.imported ?? answer?.created ?? answer?.lore?.length;
-            const kept = answer?.unmapped?.length ?? answer?.unmapped_fields?.length ?? 0;
-            this.message.show(`Imported ${Number.isFinite(n) ? plural(n, 'entry', 'entries') : 'the file'} from ${file.name}.${kept ? ` ${plural(kept, 'field', 'fields')} we do not use were kept as metadata.` : ''}`, 'ok');
+            this.message.show(importSummary(answer, file.name), 'ok');
         } catch (error) {
             this.message.show(describeError(error), 'error');
         }
