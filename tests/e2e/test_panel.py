@@ -157,6 +157,7 @@ def seed_story(sidecar: Sidecar, avatar: str) -> None:
     remember(sidecar, "Seraphina promised to guide Ann to the edge of the forest at dawn.", avatar, actor="model")
     remember(sidecar, "Ann's sister Lise has been missing since the spring flood.", avatar)
     remember(sidecar, "The forest spirits do not cross running water.")
+    remember(sidecar, "Ann owes the ferryman two silver coins.", avatar)
     status, body = sidecar.request("PUT", f"/v1/characters/{q(avatar)}", {
         "name": "Seraphina",
         "sheet": {
@@ -207,7 +208,7 @@ def test_dc4_screens_of_every_tab(st: STPage, sidecar: Sidecar, seraphina: dict,
     show_report(st, context_report(st, sidecar, avatar))
     st.page.set_viewport_size(DESKTOP if size == "desktop" else PHONE)
     open_panel(st, "memories")
-    wait_rows(st, 4)
+    wait_rows(st, 5)
     for tab in ("memories", "characters", "summaries", "lore", "context"):
         st.page.locator(f"#chronicler_tab_{tab}").click()
         st.page.locator(f"#chronicler_tabpanel_{tab}").wait_for(state="visible")
@@ -219,7 +220,12 @@ def test_dc4_screens_of_every_tab(st: STPage, sidecar: Sidecar, seraphina: dict,
         }""", tab)
         assert overflow <= 1, f"{tab} overflows sideways by {overflow}px at {size} width"
         panel_shot(st, f"{tab}-{size}")
-        if size == "desktop" and tab in ("memories", "context"):  # the README's pictures come from these
+    if size == "desktop":  # the README's two pictures: the panel and the context inspector, small
+        st.page.set_viewport_size({"width": 1060, "height": 640})
+        for tab in ("memories", "context"):
+            st.page.locator(f"#chronicler_tab_{tab}").click()
+            st.page.wait_for_load_state("networkidle")
+            st.page.wait_for_timeout(250)
             st.page.locator("dialog.chronicler-popup").screenshot(path=str(PANEL_SHOTS / f"readme-{tab}.png"))
 
 
@@ -603,6 +609,7 @@ def test_qs_context_tab_explains_the_last_generation(st: STPage, sidecar: Sideca
     assert set(widths) <= {"required", "cards", "history", "memory_bank", "free"}
     assert f"Required {required:,}" in page.locator(".chronicler-legend").inner_text()
     text = page.locator(".chronicler-context-body").inner_text()
+    assert "null" not in text and "undefined" not in text
     assert "Pinned memories" in text and "“Ann is allergic to bee stings.” — in full" in text
     dropped = [e for s in report["sections"].values() for e in s["dropped"] if e["reason"] == "no_room"]
     assert dropped, "the small context leaves something out"

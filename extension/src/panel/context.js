@@ -6,7 +6,7 @@
 
 import { messageId } from '../sync.js';
 import { DYNAMIC_SECTIONS, QUIET_REASONS, budgetSegments, entryGroups, reasonLabel, reportSections } from './budget.js';
-import { button, clear, el } from './dom.js';
+import { append, button, clear, el } from './dom.js';
 import { describeError } from './memory_model.js';
 import { cut } from './text.js';
 
@@ -51,7 +51,7 @@ class ContextTab {
         }
         const known = await this.pctx.characters();
         const labels = await this.labels(report, known);
-        this.body.append(this.summary(report, stats), this.present(report, known), this.bar(report), ...this.sections(report, labels));
+        append(this.body, this.summary(report, stats), this.present(report, known), this.bar(report), ...this.sections(report, labels));
     }
 
     summary(report, stats) {
