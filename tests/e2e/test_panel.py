@@ -615,3 +615,37 @@ def test_qs_context_tab_explains_the_last_generation(st: STPage, sidecar: Sideca
     assert dropped, "the small context leaves something out"
     assert "left out: no room left" in text
     panel_shot(st, "context-report-desktop")
+
+
+def test_dc4_dialogs_and_picking_at_phone_width(st: STPage, sidecar: Sidecar, seraphina: dict) -> None:
+    """rule DC4: at phone width the pick bar, the review of drafts and "generate memories" fit the
+    screen and stay usable (screenshots in test-artifacts/panel/)."""
+    add_chat_messages(st, 4)
+    page = st.page
+    page.set_viewport_size(PHONE)
+    open_panel(st)
+    page.get_by_role("button", name="Save from conversation").click()
+    bar = page.locator(".chronicler-pick-bar")
+    bar.wait_for()
+    boxes = pick_boxes(st)
+    boxes.nth(boxes.count() - 1).check()
+    boxes.nth(boxes.count() - 2).check()
+    page.locator("#chat").evaluate("c => c.scrollTop = c.scrollHeight")
+    panel_shot(st, "pick-phone")
+    box = bar.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"] + 1
+    bar.get_by_role("button", name="Keep raw text").click()
+    popup = review_popup(st)
+    panel_shot(st, "review-drafts-phone")
+    dialog = popup.bounding_box()
+    assert dialog["x"] >= 0 and dialog["x"] + dialog["width"] <= PHONE["width"] + 1
+    popup.get_by_text("Cancel", exact=True).click()
+    page.wait_for_function("() => !document.querySelector('dialog.popup[open]')")
+    open_panel(st)
+    page.get_by_role("button", name="Generate memories").click()
+    generate = page.locator("dialog.popup[open]").filter(has_text="What should the character remember?").last
+    generate.wait_for()
+    generate.get_by_label("What should the character remember?").fill("I am Ann, a beekeeper from the valley.")
+    panel_shot(st, "generate-memories-phone")
+    box = generate.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"] + 1
