@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from flask import Flask
 
-from . import characters, chats, conversation, drafts, health, memories
+from . import characters, chats, conversation, drafts, health, jobs, memories, notes, summaries
 
-BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp, conversation.bp, drafts.bp]
+BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp, conversation.bp, summaries.bp,
+              notes.bp, jobs.bp, drafts.bp]
 
 
 def register(app: Flask) -> None:
