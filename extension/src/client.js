@@ -171,7 +171,7 @@ export class SidecarClient {
     rebuildSummaries(chatId, options) { return this.request('POST', `/v1/chats/${pathId(chatId)}/summaries/rebuild`, { ...options, body: {} }); }
     listSessions(chatId, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/sessions`, options); }
     getSession(chatId, n, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/sessions/${pathId(n)}`, options); }
-    listJobs(options) { return this.request('GET', '/v1/jobs', options); }
+    listJobs(params = {}, options) { return this.request('GET', `/v1/jobs${queryString(params)}`, options); }
     retryJob(id, options) { return this.request('POST', `/v1/jobs/${pathId(id)}/retry`, { ...options, body: {} }); }
     listLore(options) { return this.request('GET', '/v1/lore', options); }
     createLore(body, options) { return this.request('POST', '/v1/lore', { ...options, body }); }

@@ -649,3 +649,96 @@ def test_dc4_dialogs_and_picking_at_phone_width(st: STPage, sidecar: Sidecar, se
     panel_shot(st, "generate-memories-phone")
     box = generate.bounding_box()
     assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"] + 1
+
+
+# --- the Summaries tab and the jobs line (RV3) -----------------------------------------------
+def summaries_of(sidecar: Sidecar, chat_id: str) -> dict:
+    status, body = sidecar.request("GET", f"/v1/chats/{q(chat_id)}/summaries")
+    assert status == 200, body
+    return body
+
+
+def written(body: dict) -> list[dict]:
+    return [s for tier in ("recent", "consolidated", "long_term") for s in body[tier] if s.get("text")]
+
+
+def test_rv3_summaries_tab_shows_covered_messages_edits_and_rebuilds(st: STPage, sidecar: Sidecar, seraphina: dict) -> None:
+    """rule RV3: messages that left the live window are summarised; the tab shows each summary
+    with the messages it covers and how many are not summarised yet; a person edits one in place
+    (kept, marked edited) and rebuilds them all (the edit is replaced), after a confirmation."""
+    chat_id = seraphina["chat_id"]
+    if not has_route(sidecar, "GET", f"/v1/chats/{q(chat_id)}/summaries"):
+        pytest.skip("GET /v1/chats/{id}/summaries is not in this sidecar yet")
+    add_chat_messages(st, 64)
+    wait_until(lambda: written(summaries_of(sidecar, chat_id)), timeout=90, what="a summary written")
+    page = st.page
+    open_panel(st, "summaries")
+    card = page.locator(".chronicler-summary:not(.chronicler-session)").first
+    card.wait_for()
+    assert "Message" in card.locator(".chronicler-meta").inner_text()
+    assert "not summarised yet" in page.locator(".chronicler-summaries .chronicler-quota").inner_text() \
+        or "Every message" in page.locator(".chronicler-summaries .chronicler-quota").inner_text()
+    assert page.locator(".chronicler-session").count() >= 1
+    summary_id = card.get_attribute("data-id")
+    card.get_by_role("button", name="Edit").click()
+    box = page.get_by_label("Summary text")
+    box.fill("Ann told Seraphina about her sister Lise, born in May; Seraphina promised to keep it safe.")
+    page.locator(".chronicler-summaries .menu_button", has_text="Save").first.click()
+    page.locator(f".chronicler-summary[data-id='{summary_id}'] .chronicler-badge", has_text="edited by you").wait_for()
+    status, body = sidecar.request("GET", f"/v1/summaries/{q(summary_id)}")
+    assert status == 200 and body["summary"]["edited"] is True
+    assert body["summary"]["text"].startswith("Ann told Seraphina about her sister Lise")
+    panel_shot(st, "summaries-edited-desktop")
+
+    page.get_by_role("button", name="Rebuild").click()
+    confirm_popup(st, "Rebuild the summaries of this chat?").get_by_text("Rebuild", exact=True).click()
+    wait_until(lambda: written(summaries_of(sidecar, chat_id)) and not any(
+        s["edited"] for s in written(summaries_of(sidecar, chat_id))), timeout=90, what="rebuilt summaries")
+    page.get_by_role("tab", name="Summaries").click()
+    page.locator(".chronicler-summary:not(.chronicler-session)").first.wait_for()
+    assert page.locator(".chronicler-badge", has_text="edited by you").count() == 0
+
+
+def test_rv3_jobs_line_shows_a_failure_and_retries_it(st: STPage, fake, st_server, tmp_path: Path) -> None:
+    """rule RV3 (background jobs): when the sidecar's model fails, the panel's status line shows the
+    failed jobs and the last error; "Retry failed" sends them back to the queue, and once the model
+    answers the summaries are written."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "config.toml").write_text(
+        f'llm_mode = "openai"\nllm_url = "{fake.url}"\nllm_model = "fake-model"\n'
+        "llm_retries = 0\njob_max_attempts = 1\n")
+    side = Sidecar(data, origins=[st_server.origin])
+    side.start()
+    try:
+        if not has_route(side, "GET", "/v1/jobs"):
+            pytest.skip("GET /v1/jobs is not in this sidecar yet")
+        fake.fail_next(1000, 500)
+        st.flush_chat()
+        st.reload()  # a fresh page: its sync has never seen this sidecar, so it sends the whole chat
+        configure_chronicler(st, sidecarUrl=side.url, token=side.token)
+        st.select_character("Seraphina")
+        add_chat_messages(st, 64)  # more than the live window (50), whatever ran before
+        chat_id = st.evaluate("() => SillyTavern.getContext().getCurrentChatId()")
+
+        def failed() -> list[dict]:
+            status, body = side.request("GET", "/v1/jobs?state=failed")
+            assert status == 200, body
+            return body["jobs"]
+
+        wait_until(failed, timeout=90, what="a failed job")
+        page = st.page
+        open_panel(st)
+        line = page.locator(".chronicler-jobs")
+        page.wait_for_function("() => /[1-9]\\d* failed/.test(document.querySelector('.chronicler-jobs').textContent)")
+        assert "last error:" in line.inner_text() and "500" in line.inner_text()
+        panel_shot(st, "jobs-failed-desktop")
+
+        fake.reset()
+        fake.responder = lambda body: json.dumps({"summary": "Ann told Seraphina about her sister Lise.", "quotes": []})
+        line.get_by_role("button", name="Retry failed").click()
+        wait_until(lambda: written(summaries_of(side, chat_id)), timeout=90, what="summaries after the retry")
+        assert any(s["text"] == "Ann told Seraphina about her sister Lise." for s in written(summaries_of(side, chat_id)))
+    finally:
+        fake.reset()
+        side.stop()

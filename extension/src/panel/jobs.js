@@ -9,17 +9,20 @@ import { cut } from './text.js';
 /**
  * Counts of jobs by state and the most recent failure.
  * @param {Array<{id: string, state: string, error?: string|null, updated_at?: string, created_at?: string}>} jobs
+ * @param {{pending: number, running: number, failed: number, done: number}|null} [given] the sidecar's
+ *   own counts (GET /v1/jobs `counts`, over all jobs, not just the listed page)
  */
-export function jobSummary(jobs) {
+export function jobSummary(jobs, given = null) {
     const counts = { pending: 0, running: 0, failed: 0, done: 0 };
     let lastFailed = null;
     for (const job of jobs ?? []) {
-        if (job.state in counts) counts[job.state] += 1;
+        if (!given && job.state in counts) counts[job.state] += 1;
         if (job.state === 'failed') {
             const t = String(job.updated_at ?? job.created_at ?? '');
             if (!lastFailed || t >= String(lastFailed.updated_at ?? lastFailed.created_at ?? '')) lastFailed = job;
         }
     }
+    if (given) Object.assign(counts, given);
     const text = `Background jobs: ${counts.pending} pending · ${counts.running} running · ${counts.failed} failed`;
     return { counts, lastFailed, text };
 }
@@ -38,23 +41,23 @@ export function createJobsLine(pctx) {
             try {
                 await pctx.client().retryJob(job.id);
             } catch (e) {
-                error.textContent = ` — ${describeError(e)}`;
+                error.textContent = describeError(e);
             }
         }
         await refresh();
     } });
     const element = el('div', { class: 'chronicler-jobs', attrs: { role: 'status', 'aria-live': 'polite' } },
-        el('i', { class: 'fa-solid fa-gears', attrs: { 'aria-hidden': 'true' } }), text, error, retry);
+        el('i', { class: 'fa-solid fa-gears', attrs: { 'aria-hidden': 'true' } }), text, retry, error);
     retry.hidden = true;
 
     async function refresh() {
         try {
-            const answer = await pctx.client().listJobs();
+            const answer = await pctx.client().listJobs({ state: 'failed', limit: 100 });
             const jobs = answer?.jobs ?? [];
-            const summary = jobSummary(jobs);
+            const summary = jobSummary(jobs, answer?.counts ?? null);
             failed = jobs.filter((j) => j.state === 'failed');
             text.textContent = summary.text;
-            error.textContent = summary.lastFailed?.error ? ` — last error: ${cut(summary.lastFailed.error, 140)}` : '';
+            error.textContent = summary.lastFailed?.error ? `Last error: ${cut(summary.lastFailed.error, 160)}` : '';
             error.title = summary.lastFailed?.error ?? '';
             retry.hidden = !failed.length;
             setDisabled(retry, !failed.length);

@@ -91,7 +91,9 @@ class SummariesTab {
 
     renderTiers(data) {
         const n = Number(data.unsummarized_count) || 0;
-        this.count.textContent = n ? `${plural(n, 'message is', 'messages are')} not summarised yet` : 'Every message that left the live window is summarised';
+        const pending = Number(data.pending_count) || 0;
+        this.count.textContent = (n ? `${plural(n, 'message', 'messages')} not summarised yet (the newest stay whole in the live window)` : 'Every message is summarised')
+            + (pending ? ` · ${plural(pending, 'summary is', 'summaries are')} being written` : '');
         const chat = this.pctx.st().chat ?? [];
         const indexOf = new Map(chat.map((m, i) => [messageId(m), i]).filter(([id]) => id));
         const all = TIERS.flatMap(([key]) => data[key] ?? []);
@@ -113,10 +115,14 @@ class SummariesTab {
     card(summary, covers) {
         const text = el('p', { class: 'chronicler-summary-text', text: summary.text });
         const head = el('div', { class: 'chronicler-meta' }, el('span', { text: covers }),
-            summary.edited ? el('span', { class: 'chronicler-badge recent', text: 'edited' }) : null);
+            summary.edited ? el('span', { class: 'chronicler-badge recent', text: 'edited by you', attrs: { title: 'Later merges read your text; jobs never overwrite it.' } }) : null,
+            summary.stale ? el('span', { class: 'chronicler-badge', text: 'outdated', attrs: { title: 'A message it covers was edited; it is being written again.' } }) : null);
         const edit = button('Edit', { icon: 'fa-pen', onClick: () => this.edit(card, text, edit, summary) });
+        const quotes = (summary.quotes ?? []).length
+            ? el('ul', { class: 'chronicler-quotes', attrs: { 'aria-label': 'Lines kept word for word' } },
+                ...summary.quotes.map((q) => el('li', { text: `${q.speaker}: “${q.text}”` }))) : null;
         const card = el('article', { class: 'chronicler-summary', attrs: { 'data-id': summary.id } },
-            el('div', { class: 'chronicler-field-head' }, head, edit), text);
+            el('div', { class: 'chronicler-field-head' }, head, edit), text, quotes);
         return card;
     }
 
@@ -130,12 +136,14 @@ class SummariesTab {
         const save = button('Save', { icon: 'fa-check', onClick: async () => {
             setDisabled(save, true);
             try {
-                await this.pctx.client().patchSummary(summary.id, { text: box.value });
+                const body = { text: box.value };
+                if (summary.version) body.version = summary.version;
+                await this.pctx.client().patchSummary(summary.id, body);
                 await this.show();
                 this.message.show('Summary saved; later merges read your text.', 'ok');
             } catch (e) {
                 setDisabled(save, false);
-                error.show(describeError(e), 'error');
+                error.show(e?.code === 'version_conflict' ? 'This summary was rewritten meanwhile (a background job finished). Cancel to see the new text, then edit again.' : describeError(e), 'error');
             }
         } });
         const editor = el('div', { class: 'chronicler-form' }, box,
@@ -151,8 +159,9 @@ class SummariesTab {
             this.sessions.append(el('p', { class: 'chronicler-empty', text: 'No session has ended yet. A session ends after a long pause, or when the sidecar is told so.' }));
             return;
         }
-        for (const s of sessions) {
+        for (const s of [...sessions].reverse()) {
             const full = el('div', { class: 'chronicler-session-full', attrs: { hidden: true } });
+            const done = s.state === 'summarized';
             const open = button('Read full summary', { icon: 'fa-book', onClick: async () => {
                 const expanded = open.getAttribute('aria-expanded') === 'true';
                 open.setAttribute('aria-expanded', String(!expanded));
@@ -162,18 +171,24 @@ class SummariesTab {
                 try {
                     const answer = await this.pctx.client().getSession(chatId, s.n);
                     const session = answer?.session ?? answer;
-                    full.textContent = session?.full ?? session?.short ?? '';
+                    clear(full).append(el('p', { class: 'chronicler-summary-text', text: session?.full ?? session?.short ?? '' }));
+                    const quotes = session?.quotes ?? [];
+                    if (quotes.length) full.append(el('ul', { class: 'chronicler-quotes' }, ...quotes.map((q) => el('li', { text: `${q.speaker}: “${q.text}”` }))));
                     full.dataset.loaded = '1';
                 } catch (error) {
                     full.textContent = describeError(error);
                 }
             } });
             open.setAttribute('aria-expanded', 'false');
+            open.hidden = !done;
             const when = [s.started_at, s.ended_at].filter(Boolean).map((t) => new Date(t).toLocaleString()).join(' – ');
+            const state = s.state === 'open' ? 'current' : done ? '' : 'being summarised';
+            const title = `Session ${s.n}${state ? ` (${state})` : ''}`;
+            const count = Number.isInteger(s.message_count) ? ` · ${plural(s.message_count, 'message', 'messages')}` : '';
             this.sessions.append(el('article', { class: 'chronicler-summary chronicler-session' },
                 el('div', { class: 'chronicler-field-head' },
-                    el('b', { text: `Session ${s.n}` }), el('span', { class: 'chronicler-when', text: when, attrs: { title: ago(s.ended_at ?? s.started_at) } }), open),
-                el('p', { class: 'chronicler-summary-text', text: s.short ?? '' }), full));
+                    el('b', { text: title }), el('span', { class: 'chronicler-when', text: `${when}${count}`, attrs: { title: ago(s.ended_at ?? s.started_at) } }), open),
+                el('p', { class: 'chronicler-summary-text', text: s.short ?? (s.state === 'open' ? 'Still going: summarised when it ends.' : 'Not summarised yet.') }), full));
         }
     }
 
