@@ -731,7 +731,7 @@ def test_rv3_jobs_line_shows_a_failure_and_retries_it(st: STPage, fake, st_serve
         open_panel(st)
         line = page.locator(".chronicler-jobs")
         page.wait_for_function("() => /[1-9]\\d* failed/.test(document.querySelector('.chronicler-jobs').textContent)")
-        assert "last error:" in line.inner_text() and "500" in line.inner_text()
+        assert "Last error:" in line.inner_text() and "500" in line.inner_text()
         panel_shot(st, "jobs-failed-desktop")
 
         fake.reset()
@@ -742,3 +742,70 @@ def test_rv3_jobs_line_shows_a_failure_and_retries_it(st: STPage, fake, st_serve
     finally:
         fake.reset()
         side.stop()
+
+
+# --- the Lore tab ----------------------------------------------------------------------------
+WORLD_INFO = {
+    "name": "Eldoria",
+    "entries": {
+        "0": {"uid": 0, "key": ["eldoria", "forest"], "keysecondary": [], "comment": "Eldoria",
+              "content": "Eldoria is the forest Seraphina guards.", "constant": False, "disable": False,
+              "position": 0, "selective": True, "depth": 4},
+        "1": {"uid": 1, "key": ["ferry"], "keysecondary": [], "comment": XSS,
+              "content": "The ferryman takes silver, never gold.", "constant": True, "disable": False,
+              "position": 0},
+    },
+}
+
+
+def lore_entries(sidecar: Sidecar) -> list[dict]:
+    status, body = sidecar.request("GET", "/v1/lore")
+    assert status == 200, body
+    return body["lore"]
+
+
+def test_sw7_lore_tab_adds_edits_imports_and_deletes(st: STPage, sidecar: Sidecar, seraphina: dict, tmp_path: Path) -> None:
+    """rule SW7 (and SW9b): the Lore tab adds an entry with triggers and who knows it, edits it,
+    imports a SillyTavern World Info file (titles shown as text, never HTML), filters, and deletes."""
+    if not has_route(sidecar, "GET", "/v1/lore"):
+        pytest.skip("the lore routes are not in this sidecar yet")
+    for entry in lore_entries(sidecar):
+        assert sidecar.request("DELETE", f"/v1/lore/{q(entry['id'])}")[0] == 200
+    avatar = seraphina["avatar"]
+    page = st.page
+    open_panel(st, "lore")
+    page.get_by_text("No lore yet").wait_for()
+    page.get_by_role("button", name="Add entry").click()
+    page.get_by_label("Title").fill("The old mill")
+    page.get_by_label("Triggers").fill("mill, miller, Mill")
+    page.get_by_label("Text", exact=True).fill("The old mill by the river has stood empty since the flood.")
+    page.get_by_label("Add a character who knows this entry").select_option(avatar)
+    page.locator(".chronicler-lore .chronicler-form .menu_button", has_text="Add entry").click()
+    page.locator(".chronicler-lore-entry", has_text="The old mill").wait_for()
+    [entry] = lore_entries(sidecar)
+    assert (entry["title"], entry["triggers"], entry["known_by"], entry["source"]) == (
+        "The old mill", ["mill", "miller"], [avatar], "user")
+
+    page.get_by_role("button", name="Edit lore entry The old mill").click()
+    page.get_by_label("Title").fill("The drowned mill")
+    page.locator(".chronicler-lore .chronicler-form .menu_button", has_text="Save entry").click()
+    page.locator(".chronicler-lore-entry", has_text="The drowned mill").wait_for()
+    assert lore_entries(sidecar)[0]["title"] == "The drowned mill"
+
+    world = tmp_path / "eldoria.json"
+    world.write_text(json.dumps(WORLD_INFO))
+    page.locator(".chronicler-lore input[type=file]").set_input_files(str(world))
+    page.wait_for_function("() => /Imported 2 entries from eldoria.json/.test(document.querySelector('.chronicler-lore .chronicler-message').textContent)")
+    assert len(lore_entries(sidecar)) == 3
+    titles = page.locator(".chronicler-lore-title").all_inner_texts()
+    assert XSS in titles
+    assert page.locator(".chronicler-lore img").count() == 0
+    assert page.evaluate("() => window.__chroniclerXss") is None
+    panel_shot(st, "lore-desktop-imported")
+    page.get_by_label("Filter lore by text or trigger").fill("ELDORIA")
+    page.wait_for_function("() => document.querySelectorAll('.chronicler-lore-entry').length === 1")
+    page.get_by_label("Filter lore by text or trigger").fill("")
+    page.get_by_role("button", name="Delete lore entry The drowned mill").click()
+    confirm_popup(st, "Delete this lore entry?").get_by_text("Delete", exact=True).click()
+    page.wait_for_function("() => document.querySelectorAll('.chronicler-lore-entry').length === 2")
+    assert "The drowned mill" not in [e["title"] for e in lore_entries(sidecar)]
