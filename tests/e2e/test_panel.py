@@ -588,7 +588,15 @@ def test_qs_context_tab_explains_the_last_generation(st: STPage, sidecar: Sideca
     seed_story(sidecar, avatar)
     add_chat_messages(st, 12)
     if has_route(sidecar, "POST", "/v1/context"):
-        st.send("Seraphina, what do you remember about my sister?")
+        # A small model context (900 tokens for the prompt), so the budget has to leave things out.
+        st.evaluate("() => { const s = SillyTavern.getContext().chatCompletionSettings;"
+                    " window.__ctx = [s.openai_max_context, s.openai_max_tokens];"
+                    " s.openai_max_context = 1200; s.openai_max_tokens = 300; }")
+        try:
+            st.send("Seraphina, what do you remember about my sister?")
+        finally:
+            st.evaluate("() => { const s = SillyTavern.getContext().chatCompletionSettings;"
+                        " [s.openai_max_context, s.openai_max_tokens] = window.__ctx; }")
         report = st.evaluate("() => window.chronicler.stats.lastReport")
     else:  # the route is being built (issue 5): the same report, from the real assembler
         report = context_report(st, sidecar, avatar, context_tokens=900)
@@ -776,10 +784,11 @@ def test_sw7_lore_tab_adds_edits_imports_and_deletes(st: STPage, sidecar: Sideca
     open_panel(st, "lore")
     page.get_by_text("No lore yet").wait_for()
     page.get_by_role("button", name="Add entry").click()
-    page.get_by_label("Title").fill("The old mill")
-    page.get_by_label("Triggers").fill("mill, miller, Mill")
-    page.get_by_label("Text", exact=True).fill("The old mill by the river has stood empty since the flood.")
-    page.get_by_label("Add a character who knows this entry").select_option(avatar)
+    form = page.locator(".chronicler-lore .chronicler-form")
+    form.get_by_label("Title").fill("The old mill")
+    form.get_by_label("Triggers").fill("mill, miller, Mill")
+    form.get_by_label("Text", exact=True).fill("The old mill by the river has stood empty since the flood.")
+    form.get_by_label("Add a character who knows this entry").select_option(avatar)
     page.locator(".chronicler-lore .chronicler-form .menu_button", has_text="Add entry").click()
     page.locator(".chronicler-lore-entry", has_text="The old mill").wait_for()
     [entry] = lore_entries(sidecar)
@@ -787,7 +796,7 @@ def test_sw7_lore_tab_adds_edits_imports_and_deletes(st: STPage, sidecar: Sideca
         "The old mill", ["mill", "miller"], [avatar], "user")
 
     page.get_by_role("button", name="Edit lore entry The old mill").click()
-    page.get_by_label("Title").fill("The drowned mill")
+    form.get_by_label("Title").fill("The drowned mill")
     page.locator(".chronicler-lore .chronicler-form .menu_button", has_text="Save entry").click()
     page.locator(".chronicler-lore-entry", has_text="The drowned mill").wait_for()
     assert lore_entries(sidecar)[0]["title"] == "The drowned mill"
