@@ -115,7 +115,8 @@ class LoreTab {
         if (entry.enabled === false) triggers.append(el('span', { class: 'chronicler-badge', text: 'disabled' }));
         if (entry.always) triggers.append(el('span', { class: 'chronicler-badge pinned', text: 'always' }));
         if (SOURCE_LABELS[entry.source]) triggers.append(el('span', { class: 'chronicler-badge', text: SOURCE_LABELS[entry.source] }));
-        for (const t of entry.triggers ?? []) triggers.append(el('span', { class: 'chronicler-chip', text: t }));
+        if ((entry.triggers ?? []).length) triggers.append(el('span', { class: 'chronicler-when', text: 'Triggers:' }));
+        for (const t of entry.triggers ?? []) triggers.append(el('span', { class: 'chronicler-chip chronicler-trigger', text: t }));
         if (!(entry.triggers ?? []).length && !entry.always) triggers.append(el('span', { class: 'chronicler-hint', text: 'no triggers' }));
         triggers.append(el('span', { class: 'chronicler-when', text: this.visibility(entry) }));
         triggers.append(el('div', { class: 'chronicler-row-actions' },
