@@ -250,12 +250,14 @@ test('qs5: long lists are cut to a page; cards that were not triggered are only 
 // --- other tabs -----------------------------------------------------------------------------
 test('rv3: what a summary covers, in words', () => {
     const indexOf = new Map([['a', 3], ['b', 4], ['c', 9]]);
-    assert.equal(coversLabel(['a', 'b', 'c'], indexOf), 'Messages #3–#9');
-    assert.equal(coversLabel(['b'], indexOf), 'Message #4');
-    assert.equal(coversLabel(['a', 'gone'], indexOf), 'Message #3 (+1 no longer in this chat)');
-    assert.equal(coversLabel(['s1', 's2', 's3', 's4'], indexOf, new Set(['s1', 's2', 's3', 's4'])), 'Merges 4 summaries');
-    assert.equal(coversLabel(['x', 'y'], indexOf), 'Covers 2 messages (no longer in this chat)');
-    assert.equal(coversLabel([], indexOf), 'Covers nothing yet');
+    const recent = (covers) => ({ tier: 'recent', covers });
+    assert.equal(coversLabel(recent(['a', 'b', 'c']), indexOf), 'Messages #3–#9');
+    assert.equal(coversLabel(recent(['b']), indexOf), 'Message #4');
+    assert.equal(coversLabel(recent(['a', 'gone']), indexOf), 'Message #3 (+1 no longer in this chat)');
+    assert.equal(coversLabel(recent(['x', 'y']), indexOf), 'Covers 2 messages (no longer in this chat)');
+    assert.equal(coversLabel(recent([]), indexOf), 'Covers nothing yet');
+    assert.equal(coversLabel({ tier: 'consolidated', covers: ['s1', 's2', 's3', 's4'] }, indexOf), 'Merges 4 recent summaries');
+    assert.equal(coversLabel({ tier: 'long_term', covers: ['c1', 'c2', 'c3', 'c4'] }, indexOf), 'Merges 4 consolidated summaries');
 });
 
 test('rv3: the jobs line counts by state and names the latest failure', () => {

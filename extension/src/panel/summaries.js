@@ -16,22 +16,22 @@ export const TIERS = Object.freeze([
 ]);
 
 /**
- * What a summary covers, in words: a message range of this chat, or how many summaries it merges.
- * @param {string[]} covers message ids or child summary ids
+ * What a summary covers, in words: for a recent summary the range of this chat's messages it
+ * covers; for a merged tier how many summaries of the tier below it merges (RV3: 4 -> 1).
+ * @param {{tier: string, covers: string[]}} summary
  * @param {Map<string, number>} indexOf message id -> index in the chat
- * @param {Set<string>} summaryIds ids of the chat's summaries
  */
-export function coversLabel(covers, indexOf, summaryIds = new Set()) {
-    const ids = Array.isArray(covers) ? covers : [];
+export function coversLabel(summary, indexOf) {
+    const ids = Array.isArray(summary?.covers) ? summary.covers : [];
     if (!ids.length) return 'Covers nothing yet';
-    const children = ids.filter((id) => summaryIds.has(id));
-    if (children.length === ids.length) return `Merges ${plural(children.length, 'summary', 'summaries')}`;
+    if (summary.tier === 'consolidated') return `Merges ${plural(ids.length, 'recent summary', 'recent summaries')}`;
+    if (summary.tier === 'long_term') return `Merges ${plural(ids.length, 'consolidated summary', 'consolidated summaries')}`;
     const at = ids.map((id) => indexOf.get(id)).filter((i) => Number.isInteger(i));
     if (!at.length) return `Covers ${plural(ids.length, 'message', 'messages')} (no longer in this chat)`;
     const lo = Math.min(...at);
     const hi = Math.max(...at);
     const range = lo === hi ? `Message #${lo}` : `Messages #${lo}–#${hi}`;
-    const missing = ids.length - at.length - children.length;
+    const missing = ids.length - at.length;
     return missing > 0 ? `${range} (+${missing} no longer in this chat)` : range;
 }
 
@@ -97,7 +97,6 @@ class SummariesTab {
         const chat = this.pctx.st().chat ?? [];
         const indexOf = new Map(chat.map((m, i) => [messageId(m), i]).filter(([id]) => id));
         const all = TIERS.flatMap(([key]) => data[key] ?? []);
-        const summaryIds = new Set(all.map((s) => s.id));
         if (!all.length) {
             this.tiers.append(el('p', { class: 'chronicler-empty', text: 'No summaries yet: messages are summarised once they leave the live window.' }));
             return;
@@ -107,7 +106,7 @@ class SummariesTab {
             if (!items.length) continue;
             const section = el('section', { class: 'chronicler-tier', attrs: { 'aria-label': `${label} summaries` } },
                 el('h4', { class: 'chronicler-group', text: `${label} (${items.length})`, attrs: { title: hint } }));
-            for (const s of items) section.append(this.card(s, coversLabel(s.covers, indexOf, summaryIds)));
+            for (const s of items) section.append(this.card(s, coversLabel({ tier: key, ...s }, indexOf)));
             this.tiers.append(section);
         }
     }
