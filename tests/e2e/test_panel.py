@@ -686,9 +686,13 @@ def test_rv3_summaries_tab_shows_covered_messages_edits_and_rebuilds(st: STPage,
     wait_until(lambda: written(summaries_of(sidecar, chat_id)), timeout=90, what="a summary written")
     page = st.page
     open_panel(st, "summaries")
-    card = page.locator(".chronicler-tier[aria-label='Recent summaries'] .chronicler-summary").first
+    card = page.locator(".chronicler-tier .chronicler-summary").first
     card.wait_for()
-    assert card.locator(".chronicler-meta").inner_text().startswith("Message")
+    listing = summaries_of(sidecar, chat_id)
+    for tier, label in (("recent", "Recent"), ("consolidated", "Consolidated"), ("long_term", "Long-term")):
+        metas = page.locator(f".chronicler-tier[aria-label='{label} summaries'] .chronicler-meta").all_inner_texts()
+        assert len(metas) == len(listing[tier])
+        assert all(m.startswith("Message" if tier == "recent" else "Merges 4 ") for m in metas), metas
     assert "not summarised yet" in page.locator(".chronicler-summaries .chronicler-quota").inner_text() \
         or "Every message" in page.locator(".chronicler-summaries .chronicler-quota").inner_text()
     assert page.locator(".chronicler-session").count() >= 1

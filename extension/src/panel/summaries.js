@@ -112,11 +112,14 @@ class SummariesTab {
     }
 
     card(summary, covers) {
-        const text = el('p', { class: 'chronicler-summary-text', text: summary.text });
+        const pending = summary.text === null || summary.text === undefined;
+        const text = pending ? el('p', { class: 'chronicler-empty', text: 'Being written by a background job…' })
+            : el('p', { class: 'chronicler-summary-text', text: summary.text });
         const head = el('div', { class: 'chronicler-meta' }, el('span', { text: covers }),
             summary.edited ? el('span', { class: 'chronicler-badge recent', text: 'edited by you', attrs: { title: 'Later merges read your text; jobs never overwrite it.' } }) : null,
             summary.stale ? el('span', { class: 'chronicler-badge', text: 'outdated', attrs: { title: 'A message it covers was edited; it is being written again.' } }) : null);
         const edit = button('Edit', { icon: 'fa-pen', onClick: () => this.edit(card, text, edit, summary) });
+        edit.hidden = pending;
         const quotes = (summary.quotes ?? []).length
             ? el('ul', { class: 'chronicler-quotes', attrs: { 'aria-label': 'Lines kept word for word' } },
                 ...summary.quotes.map((q) => el('li', { text: `${q.speaker}: “${q.text}”` }))) : null;
