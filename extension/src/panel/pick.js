@@ -35,7 +35,9 @@ class PickMode {
         this.selection = new SelectionSet(PANEL_LIMITS.maxSelected);
         this.chatId = pctx.chat().chatId;
         this.onKey = (event) => {
-            if (event.key === 'Escape' && !document.querySelector('dialog[open]')) this.stop();
+            if (event.key !== 'Escape' || document.querySelector('dialog.popup[open]:not([closing])')) return;
+            event.stopPropagation();
+            this.stop();
         };
         this.onChat = () => this.stop();
     }
@@ -53,7 +55,7 @@ class PickMode {
             if (n.nodeType === 1 && n.classList.contains('mes')) this.decorate(n);
         })));
         this.observer.observe(chat, { childList: true });
-        document.addEventListener('keydown', this.onKey);
+        document.addEventListener('keydown', this.onKey, true);
         const { eventSource, eventTypes } = this.pctx.st();
         eventSource.on(eventTypes.CHAT_CHANGED, this.onChat);
         this.update();
@@ -63,7 +65,7 @@ class PickMode {
     stop() {
         if (current === this) current = null;
         this.observer?.disconnect();
-        document.removeEventListener('keydown', this.onKey);
+        document.removeEventListener('keydown', this.onKey, true);
         const { eventSource, eventTypes } = this.pctx.st();
         eventSource.removeListener?.(eventTypes.CHAT_CHANGED, this.onChat);
         document.body.classList.remove('chronicler-picking');
