@@ -144,7 +144,7 @@ class CharactersTab {
         if (!keys.length) this.fields.append(el('p', { class: 'chronicler-empty', text: 'No fields yet. Sheets grow from play; you can add fields here.' }));
         for (const key of keys) {
             const boxId = newId('field');
-            const box = el('textarea', { class: 'text_pole', attrs: { id: boxId, rows: 3, maxlength: 20000 } });
+            const box = el('textarea', { class: 'text_pole', attrs: { id: boxId, rows: 2, maxlength: 20000 } });
             box.value = this.draft.sheet[key];
             autoGrow(box, 10);
             box.addEventListener('input', () => { this.draft.sheet[key] = box.value; });
