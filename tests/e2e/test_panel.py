@@ -321,6 +321,20 @@ def test_rv9b_rv8_add_edit_pin_and_delete_a_memory(st: STPage, sidecar: Sidecar,
     row(st, "never takes it off").wait_for()
     assert memories(sidecar, scope="character", character_id=avatar)[0]["text"].endswith("never takes it off.")
 
+    # Someone else (the model, another window) changes it while the editor is open: the save is
+    # refused (version), the person's text stays in the editor, and saving again wins.
+    row(st, "never takes it off").get_by_role("button", name="Edit memory").click()
+    editor.fill("Ann's silver ring was her mother's; she never takes it off.")
+    memory_id = memories(sidecar, scope="character", character_id=avatar)[0]["id"]
+    assert sidecar.request("PATCH", f"/v1/memories/{memory_id}", {"text": "Changed elsewhere.", "actor": "user"})[0] == 200
+    editor.press("Control+Enter")
+    page.wait_for_function("() => /changed meanwhile/.test(document.querySelector('.chronicler-memories .chronicler-status').textContent)")
+    assert page.get_by_label("Edit memory text").input_value() == "Ann's silver ring was her mother's; she never takes it off."
+    assert memories(sidecar, scope="character", character_id=avatar)[0]["text"] == "Changed elsewhere."
+    page.get_by_label("Edit memory text").press("Control+Enter")
+    row(st, "her mother's; she never").wait_for()
+    wait_until(lambda: memories(sidecar, scope="character", character_id=avatar)[0]["text"].startswith("Ann's silver ring was"),
+               what="the second save")
     row(st, "never takes it off").get_by_role("button", name="Unpin memory").click()
     wait_until(lambda: not memories(sidecar, scope="character", character_id=avatar)[0]["pinned"], what="unpinned")
     row(st, "never takes it off").get_by_role("button", name="Delete memory").click()
