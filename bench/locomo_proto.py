@@ -207,8 +207,8 @@ def build_corpus(conv: Conversation, cast: R.Cast, emb: Embedder, b: Build) -> R
         win1 = emb(R.window_texts(dtexts, groups, 1))
         win2 = emb(R.window_texts(dtexts, groups, 2))
     elif b.windows == "mean":
-        win1 = R.window_vectors(vecs, gids, 1)
-        win2 = R.window_vectors(vecs, gids, 2)
+        win1 = R.window_norms(vecs, gids, 1)
+        win2 = R.window_norms(vecs, gids, 2)
     sent_vecs = sent_owner = None
     if b.sentences:
         stexts, owner = [], []
@@ -225,8 +225,9 @@ def build_corpus(conv: Conversation, cast: R.Cast, emb: Embedder, b: Build) -> R
         vectors=vecs,
         gids=gids,
         speakers=[t.speaker for t in conv.turns],
-        win1=win1,
-        win2=win2,
+        win1_norm=win1 if b.windows == "mean" else None,
+        win2_norm=win2 if b.windows == "mean" else None,
+        win_vectors=(win1, win2) if b.windows == "text" else None,
         sent_vectors=sent_vecs,
         sent_owner=sent_owner,
         temporal=np.array([R.temporal_cues(t.text) for t in conv.turns], dtype=np.float64),

@@ -376,27 +376,56 @@ def group_ids(groups: Sequence[Hashable | None]) -> np.ndarray:
     )
 
 
+def _neighbour_sum(values: np.ndarray, gids: np.ndarray, radius: int, weights: Sequence[float]) -> np.ndarray:
+    """values[i] + sum of weights[d-1] * values[i±d] over same-group rows (gid -1: no group)."""
+    out = values.astype(np.float64 if values.ndim == 1 else np.float32, copy=True)
+    for d in range(1, min(radius, len(values) - 1) + 1):
+        w = weights[min(d, len(weights)) - 1]
+        same = ((gids[d:] == gids[:-d]) & (gids[d:] >= 0)).astype(out.dtype)
+        if values.ndim > 1:
+            same = same[:, None]
+        out[d:] += w * same * values[:-d]
+        out[:-d] += w * same * values[d:]
+    return out
+
+
 def window_vectors(
     vectors: np.ndarray, gids: np.ndarray, radius: int, weights: Sequence[float] = (1.0, 0.6)
 ) -> np.ndarray:
-    """Each row plus its same-group neighbours up to `radius` away (weight by distance), re-normalised.
+    """Each row plus its same-group neighbours up to `radius` away (weighted), re-normalised.
 
-    The dense "window" channels: a message's vector mixed with its session neighbours'. Taking
-    the weighted mean of stored vectors measured as well as embedding the joined window text on
-    LoCoMo, and costs no embedding at write time, no storage, and no re-embedding of the previous
-    messages when a new one arrives. Rows with gid -1 (memories, lore) stay as they are.
+    A message's "window": its vector mixed with its session neighbours'. The weighted mean of
+    stored vectors measured as well as embedding the joined window text on LoCoMo, and costs no
+    embedding at write time and no re-embedding of earlier messages when a new one arrives.
+    Rows with gid -1 (memories, lore) stay as they are.
     """
-    out = vectors.astype(np.float32, copy=True)
-    n = len(vectors)
-    for d in range(1, radius + 1):
-        if d >= n:
-            break
-        w = weights[min(d, len(weights)) - 1]
-        same = (gids[d:] == gids[:-d]) & (gids[d:] >= 0)  # row i+d and row i are neighbours
-        out[d:] += w * same[:, None] * vectors[:-d]
-        out[:-d] += w * same[:, None] * vectors[d:]
+    out = _neighbour_sum(vectors, gids, radius, weights)
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     return out / np.where(norms > 0, norms, 1.0)
+
+
+def window_norms(
+    vectors: np.ndarray, gids: np.ndarray, radius: int, weights: Sequence[float] = (1.0, 0.6)
+) -> np.ndarray:
+    """Norm of each row's un-normalised window (what `window_scores` divides by)."""
+    norms = np.linalg.norm(_neighbour_sum(vectors, gids, radius, weights), axis=1)
+    return np.where(norms > 0, norms, 1.0)
+
+
+def window_scores(
+    item_scores: np.ndarray,
+    gids: np.ndarray,
+    radius: int,
+    norms: np.ndarray,
+    weights: Sequence[float] = (1.0, 0.6),
+) -> np.ndarray:
+    """Cosine of the query with each window vector, from the items' own cosines.
+
+    Because q·(Σ w v) = Σ w (q·v), the window channel needs no window matrix: the items' scores,
+    summed over neighbours and divided by the precomputed window norm, equal
+    `window_vectors(...) @ q` exactly, in O(n) instead of a second n×384 product.
+    """
+    return _neighbour_sum(item_scores, gids, radius, weights) / norms
 
 
 # ---------------------------------------------------------------------------------------------
@@ -598,7 +627,8 @@ class Corpus:
 
     Messages come in conversation order with `gids` = their session group (see `group_ids`;
     -1 for memories, lore, summaries). `vectors` are L2-normalised rows of `dense_text`;
-    `win1`/`win2` come from `window_vectors` (None skips the channel); `sent_vectors` and
+    `win1_norm`/`win2_norm` come from `window_norms` (None skips the channel), or `win_vectors`
+    holds embedded window texts (the costlier variant, kept for measurement); `sent_vectors` and
     `sent_owner` hold the sentence vectors of multi-sentence items and the row they belong to.
     """
 
@@ -607,8 +637,9 @@ class Corpus:
     vectors: np.ndarray
     gids: np.ndarray
     speakers: list[str | None]
-    win1: np.ndarray | None = None
-    win2: np.ndarray | None = None
+    win1_norm: np.ndarray | None = None  # window_norms(vectors, gids, 1, window_weights)
+    win2_norm: np.ndarray | None = None  # window_norms(vectors, gids, 2, window_weights)
+    win_vectors: tuple[np.ndarray, np.ndarray] | None = None  # embedded ±1/±2 window texts instead
     sent_vectors: np.ndarray | None = None
     sent_owner: np.ndarray | None = None
     temporal: np.ndarray | None = None  # temporal_cues per item
@@ -664,10 +695,16 @@ def channel_scores(
         )
     base = corpus.vectors @ query.vector
     out["dense"] = base
-    if params.w_dense_win1 and corpus.win1 is not None:
-        out["dense_win1"] = corpus.win1 @ query.vector
-    if params.w_dense_win2 and corpus.win2 is not None:
-        out["dense_win2"] = corpus.win2 @ query.vector
+    if corpus.win_vectors is not None:
+        if params.w_dense_win1:
+            out["dense_win1"] = corpus.win_vectors[0] @ query.vector
+        if params.w_dense_win2:
+            out["dense_win2"] = corpus.win_vectors[1] @ query.vector
+    else:
+        if params.w_dense_win1 and corpus.win1_norm is not None:
+            out["dense_win1"] = window_scores(base, corpus.gids, 1, corpus.win1_norm, params.window_weights)
+        if params.w_dense_win2 and corpus.win2_norm is not None:
+            out["dense_win2"] = window_scores(base, corpus.gids, 2, corpus.win2_norm, params.window_weights)
     if params.w_dense_sent and corpus.sent_vectors is not None and len(corpus.sent_vectors):
         sims = corpus.sent_vectors @ query.vector
         out["dense_sent"] = np.maximum(base, segment_max(sims, corpus.sent_owner, len(corpus), base))

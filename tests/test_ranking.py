@@ -129,6 +129,21 @@ def test_sw6_window_vectors_mix_neighbours_within_a_group():
     assert np.allclose(w2[0], np.array([1, 1, 0.5]) / np.linalg.norm([1, 1, 0.5]))
 
 
+def test_sw6_window_scores_equal_cosines_with_window_vectors():
+    """rule SW6: the window channel computed from item scores and stored norms equals the cosine
+    with the window vectors themselves (so no window matrix is kept)."""
+    rng = np.random.default_rng(1)
+    v = rng.normal(size=(9, 5)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    gids = np.array([0, 0, 0, 0, 1, 1, -1, -1, 2])
+    q = rng.normal(size=5).astype(np.float32)
+    q /= np.linalg.norm(q)
+    for radius in (1, 2):
+        want = R.window_vectors(v, gids, radius) @ q
+        got = R.window_scores(v @ q, gids, radius, R.window_norms(v, gids, radius))
+        assert np.allclose(got, want, atol=1e-5)
+
+
 def test_sw6_window_texts_join_neighbours():
     """rule SW6: ±radius window texts do not cross a session boundary."""
     texts = ["a", "b", "c", "d"]
@@ -205,10 +220,10 @@ def test_sw6_group_max_and_top_k():
     assert list(R.top_k(np.array([1.0, 1.0, 0.0]), 5)) == [0, 1, 2]
 
 
-def _toy_corpus(rng: np.random.Generator, n: int = 12) -> R.Corpus:
+def _toy_corpus(rng: np.random.Generator, n: int = 12, groups: list | None = None):
     words = ["sword", "river", "key", "dragon", "bread", "storm", "ring", "map"]
     own = [{w: int(rng.integers(1, 3)) for w in rng.choice(words, 3, replace=False)} for _ in range(n)]
-    groups = [i // 4 for i in range(n)]
+    groups = groups or [i // 4 for i in range(n)]
     expanded = R.expand_neighbours(own, groups)
     vecs = rng.normal(size=(n, 8)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
@@ -216,7 +231,7 @@ def _toy_corpus(rng: np.random.Generator, n: int = 12) -> R.Corpus:
     return R.Corpus(
         ids=[str(i) for i in range(n)], terms=R.TermIndex.build(expanded, own_counts=own),
         vectors=vecs, gids=gids, speakers=["a" if i % 2 else "b" for i in range(n)],
-        win1=R.window_vectors(vecs, gids, 1), win2=R.window_vectors(vecs, gids, 2),
+        win1_norm=R.window_norms(vecs, gids, 1), win2_norm=R.window_norms(vecs, gids, 2),
         temporal=rng.integers(0, 3, n).astype(float), content_len=rng.integers(1, 30, n).astype(float),
         days=np.full(n, float(day(2023, 5, 1))),
     ), expanded, own
@@ -224,10 +239,13 @@ def _toy_corpus(rng: np.random.Generator, n: int = 12) -> R.Corpus:
 
 def test_sw9b_rank_with_mask_equals_rank_of_the_visible_items():
     """rule SW9b: hidden items get -inf, and the visible items score exactly as if the hidden
-    ones did not exist (no statistic leaks from what the viewer may not know)."""
+    ones did not exist (no statistic leaks from what the viewer may not know). Visibility is
+    decided per session (its witnesses), and neighbour context never leaves a session, so a
+    viewer's mask hides whole sessions and memories one by one."""
     rng = np.random.default_rng(7)
-    corpus, expanded, own = _toy_corpus(rng)
-    mask = np.array([i % 3 != 0 for i in range(len(corpus))])
+    # Two sessions of four messages, then four memories (no session), hidden one by one.
+    corpus, expanded, own = _toy_corpus(rng, groups=[0] * 4 + [1] * 4 + [None] * 4)
+    mask = np.array([4 <= i < 8 or i in (9, 11) for i in range(len(corpus))])
     keep = np.flatnonzero(mask)
     q = R.Query("key river", {"key": 1, "river": 1}, rng.normal(size=8).astype(np.float32), ("a",), True)
     full = R.rank(corpus, q, R.RankingParams(), mask)
@@ -236,7 +254,8 @@ def test_sw9b_rank_with_mask_equals_rank_of_the_visible_items():
         ids=[corpus.ids[i] for i in keep],
         terms=R.TermIndex.build([expanded[i] for i in keep], own_counts=[own[i] for i in keep]),
         vectors=corpus.vectors[keep], gids=corpus.gids[keep],
-        speakers=[corpus.speakers[i] for i in keep], win1=corpus.win1[keep], win2=corpus.win2[keep],
+        speakers=[corpus.speakers[i] for i in keep],
+        win1_norm=corpus.win1_norm[keep], win2_norm=corpus.win2_norm[keep],
         temporal=corpus.temporal[keep], content_len=corpus.content_len[keep], days=corpus.days[keep],
     )
     assert np.allclose(full[mask], R.rank(sub, q, R.RankingParams()))
