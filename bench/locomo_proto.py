@@ -174,10 +174,10 @@ class Build:
 
     bm25_prefix: str = "date_speaker"  # "none" | "speaker" | "date_speaker"
     bigrams: bool = False
-    neighbour_weights: tuple[float, ...] = (0.9, 0.5)
     dense_names: str = "strip"  # "strip" | "keep"
     windows: str = "mean"  # "mean" (of stored vectors) | "text" (embed the joined text) | "none"
     sentences: bool = True
+    chunk_min_words: int = 16  # merge sentences into passages of at least this many words
 
 
 def bm25_text(t: Turn, how: str) -> str:
@@ -195,25 +195,23 @@ def session_day(date: str) -> float:
 
 
 def build_corpus(conv: Conversation, cast: R.Cast, emb: Embedder, b: Build) -> R.Corpus:
-    groups = [t.session for t in conv.turns]
-    gids = R.group_ids(groups)
+    """What the store holds per turn (own term counts, cues, vectors), plus the in-memory
+    structure search derives from it (neighbour table, window norms)."""
+    gids = R.group_ids([t.session for t in conv.turns])
+    nbr = R.neighbour_index(gids)
     own = [R.analyze(bm25_text(t, b.bm25_prefix), bigrams=b.bigrams) for t in conv.turns]
-    expanded = R.expand_neighbours(own, groups, b.neighbour_weights)
-    terms = R.TermIndex.build(expanded, own_counts=own)
     dtexts = [R.dense_text(t.text, cast) if b.dense_names == "strip" else t.text for t in conv.turns]
     vecs = emb(dtexts)
-    win1 = win2 = None
+    norms = win_vectors = None
     if b.windows == "text":
-        win1 = emb(R.window_texts(dtexts, groups, 1))
-        win2 = emb(R.window_texts(dtexts, groups, 2))
+        win_vectors = (emb(R.window_texts(dtexts, nbr, 1)), emb(R.window_texts(dtexts, nbr, 2)))
     elif b.windows == "mean":
-        win1 = R.window_norms(vecs, gids, 1)
-        win2 = R.window_norms(vecs, gids, 2)
+        norms = (R.window_norms(vecs, nbr, 1), R.window_norms(vecs, nbr, 2))
     sent_vecs = sent_owner = None
     if b.sentences:
         stexts, owner = [], []
         for i, t in enumerate(dtexts):
-            parts = R.sentences(t)
+            parts = R.chunks(t, min_words=b.chunk_min_words)
             if len(parts) > 1:
                 stexts += parts
                 owner += [i] * len(parts)
@@ -221,18 +219,20 @@ def build_corpus(conv: Conversation, cast: R.Cast, emb: Embedder, b: Build) -> R
         sent_owner = np.asarray(owner, dtype=np.int64)
     return R.Corpus(
         ids=[t.dia_id for t in conv.turns],
-        terms=terms,
+        terms=R.TermIndex.build(own),
         vectors=vecs,
         gids=gids,
         speakers=[t.speaker for t in conv.turns],
-        win1_norm=win1 if b.windows == "mean" else None,
-        win2_norm=win2 if b.windows == "mean" else None,
-        win_vectors=(win1, win2) if b.windows == "text" else None,
+        neighbours=nbr,
+        win1_norm=None if norms is None else norms[0],
+        win2_norm=None if norms is None else norms[1],
+        win_vectors=win_vectors,
         sent_vectors=sent_vecs,
         sent_owner=sent_owner,
         temporal=np.array([R.temporal_cues(t.text) for t in conv.turns], dtype=np.float64),
         days=np.array([session_day(t.date) for t in conv.turns], dtype=np.float64),
-        content_len=np.array([sum(R.analyze(t.text, bigrams=False).values()) for t in conv.turns], dtype=np.float64),
+        timestamps=np.array([session_day(t.date) * 86400.0 for t in conv.turns], dtype=np.float64),
+        content_len=np.array([sum(R.analyze(t.text).values()) for t in conv.turns], dtype=np.float64),
     )
 
 
@@ -345,25 +345,22 @@ def measure_indexing(conv: Conversation, emb: Embedder, b: Build, limit: int = 1
     cast = cast_for(conv)
     turns = conv.turns[:limit]
     dtexts = [R.dense_text(t.text, cast) for t in turns]
-    groups = [t.session for t in turns]
+    gids = R.group_ids([t.session for t in turns])
     emb.live(["warm up"])
     per_turn = []
     for i in range(len(turns)):
         t0 = time.perf_counter()
-        counts = R.analyze(bm25_text(turns[i], b.bm25_prefix), bigrams=b.bigrams)  # noqa: F841
+        R.analyze(bm25_text(turns[i], b.bm25_prefix), bigrams=b.bigrams)
+        R.analyze(turns[i].text)
         R.temporal_cues(turns[i].text)
         texts = [dtexts[i]]
-        if b.windows == "text":
-            upto = dtexts[: i + 1]
-            g = groups[: i + 1]
+        if b.windows == "text":  # this turn's windows, and those of the 2 before it
+            nbr = R.neighbour_index(gids[: i + 1])
             for j in range(max(0, i - 2), i + 1):
-                if groups[j] != groups[i]:
-                    continue
-                if i - j <= 1:
-                    texts.append(R.window_texts(upto, g, 1)[j])
-                texts.append(R.window_texts(upto, g, 2)[j])
+                if gids[j] == gids[i]:
+                    texts += [R.window_texts(dtexts[: i + 1], nbr, r)[j] for r in (1, 2) if i - j <= r]
         if b.sentences:
-            parts = R.sentences(dtexts[i])
+            parts = R.chunks(dtexts[i], min_words=b.chunk_min_words)
             if len(parts) > 1:
                 texts += parts
         emb.model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
@@ -419,8 +416,9 @@ def tune(preps: list[Prepared], params: R.RankingParams, rounds: int = 4) -> R.R
 
 
 _OFF = dict(w_bm25=0.0, w_dense=0.0, w_dense_win1=0.0, w_dense_win2=0.0, w_dense_sent=0.0,
-            w_speaker=0.0, w_session=0.0, w_temporal=0.0, w_length=0.0, w_date=0.0)
-_BARE = dict(bm25_prefix="none", neighbour_weights=(), windows="none", sentences=False)
+            w_speaker=0.0, w_session=0.0, w_temporal=0.0, w_length=0.0, w_date=0.0,
+            neighbour_weights=())
+_BARE = dict(bm25_prefix="none", windows="none", sentences=False)
 LADDER = [
     ("BM25 (stemmed)", _BARE, _OFF | dict(w_bm25=1.0)),
     ("dense, names kept", _BARE | dict(dense_names="keep"), _OFF | dict(w_dense=1.0)),
@@ -430,14 +428,20 @@ LADDER = [
     ("+ first-person dense query", _BARE, _OFF | dict(w_bm25=0.75, w_dense=0.45, w_speaker=3.75)),
     ("+ date and speaker in BM25 text", _BARE | dict(bm25_prefix="date_speaker"),
      _OFF | dict(w_bm25=0.75, w_dense=0.45, w_speaker=3.75)),
-    ("+ neighbour term counts (0.9, 0.5)", _BARE | dict(bm25_prefix="date_speaker", neighbour_weights=(0.9, 0.5)),
-     _OFF | dict(w_bm25=0.75, w_dense=0.45, w_speaker=3.75)),
+    ("+ neighbour term counts (0.9, 0.5)", _BARE | dict(bm25_prefix="date_speaker"),
+     _OFF | dict(w_bm25=0.75, w_dense=0.45, w_speaker=3.75, neighbour_weights=(0.9, 0.5))),
     ("+ ±1/±2 window vectors (mean)", dict(bm25_prefix="date_speaker", sentences=False),
-     _OFF | dict(w_bm25=0.75, w_dense=0.45, w_dense_win1=0.2, w_dense_win2=0.225, w_speaker=3.75)),
+     _OFF | dict(w_bm25=0.75, w_dense=0.45, w_dense_win1=0.2, w_dense_win2=0.225, w_speaker=3.75,
+                 neighbour_weights=(0.9, 0.5))),
     ("   (windows embedded as text instead)", dict(bm25_prefix="date_speaker", sentences=False, windows="text"),
-     _OFF | dict(w_bm25=0.75, w_dense=0.45, w_dense_win1=0.2, w_dense_win2=0.225, w_speaker=3.75)),
-    ("+ best-sentence channel", {}, _OFF | dict(w_bm25=0.75, w_dense=0.45, w_dense_win1=0.2,
-                                               w_dense_win2=0.225, w_dense_sent=0.3, w_speaker=3.75)),
+     _OFF | dict(w_bm25=0.75, w_dense=0.45, w_dense_win1=0.2, w_dense_win2=0.225, w_speaker=3.75,
+                 neighbour_weights=(0.9, 0.5))),
+    ("+ best-passage channel (passages of >= 16 words)", {}, _OFF | dict(
+        w_bm25=0.75, w_dense=0.45, w_dense_win1=0.2, w_dense_win2=0.225, w_dense_sent=0.3, w_speaker=3.75,
+        neighbour_weights=(0.9, 0.5))),
+    ("   (every sentence its own passage)", dict(chunk_min_words=0), _OFF | dict(
+        w_bm25=0.75, w_dense=0.45, w_dense_win1=0.2, w_dense_win2=0.225, w_dense_sent=0.3, w_speaker=3.75,
+        neighbour_weights=(0.9, 0.5))),
     ("+ length, session, temporal, date priors (= defaults)", {}, {}),
     ("   (defaults with bigrams)", dict(bigrams=True), dict(bigrams=True)),
 ]
@@ -469,10 +473,12 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
 
     bo = json.loads(args.build)
-    if "neighbour_weights" in bo:
-        bo["neighbour_weights"] = tuple(bo["neighbour_weights"])
     b = Build(**bo)
-    params = R.RankingParams(**json.loads(args.params))
+    po = json.loads(args.params)
+    for key in ("neighbour_weights", "window_weights"):
+        if key in po:
+            po[key] = tuple(po[key])
+    params = R.RankingParams(**po)
     emb = Embedder(args.cache)
     convs = load(args.data)
     by_id = {c.sample_id: c for c in convs}

@@ -65,7 +65,7 @@ def tokenize(text: str) -> list[str]:
     return [w for w in words if w]
 
 
-def analyze(text: str, *, bigrams: bool = True) -> Counter[str]:
+def analyze(text: str, *, bigrams: bool = False) -> Counter[str]:
     """Term counts of `text` for BM25: stems of non-stop words, plus adjacent-pair bigrams.
 
     Bigrams join two consecutive content stems with "_" (stop words are skipped first, so
@@ -308,52 +308,6 @@ def date_prior(
 # Conversation structure
 
 
-def neighbour_offsets(weights: Sequence[float]) -> list[tuple[int, float]]:
-    """(offset, weight) pairs for ±1, ±2, … given weights for distance 1, 2, …"""
-    return [(s * d, w) for d, w in enumerate(weights, start=1) for s in (-1, 1) if w > 0]
-
-
-def expand_neighbours(
-    counts: Sequence[Mapping[str, float]],
-    groups: Sequence[Hashable | None],
-    weights: Sequence[float] = (0.9, 0.5),
-) -> list[Counter]:
-    """Each item's term counts plus its neighbours' counts at `weights` by distance.
-
-    `counts` are in conversation order; neighbours are the items before and after with the same
-    group (a chat session); items whose group is None have no neighbours (memories, lore).
-    """
-    offsets = neighbour_offsets(weights)
-    out: list[Counter] = []
-    n = len(counts)
-    for i, own in enumerate(counts):
-        merged: Counter = Counter(own)
-        if groups[i] is not None:
-            for off, w in offsets:
-                j = i + off
-                if 0 <= j < n and groups[j] == groups[i]:
-                    for term, c in counts[j].items():
-                        merged[term] += w * c
-        out.append(merged)
-    return out
-
-
-def window_texts(texts: Sequence[str], groups: Sequence[Hashable | None], radius: int) -> list[str]:
-    """For each item, its text joined with up to `radius` same-group neighbours on each side."""
-    out = []
-    for i, text in enumerate(texts):
-        if groups[i] is None:
-            out.append(text)
-            continue
-        lo, hi = i, i
-        while lo - 1 >= 0 and i - (lo - 1) <= radius and groups[lo - 1] == groups[i]:
-            lo -= 1
-        while hi + 1 < len(texts) and (hi + 1) - i <= radius and groups[hi + 1] == groups[i]:
-            hi += 1
-        out.append(" ".join(texts[lo : hi + 1]))
-    return out
-
-
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
 
 
@@ -368,6 +322,30 @@ def sentences(text: str, min_chars: int = 12) -> list[str]:
     return parts
 
 
+def chunks(text: str, min_words: int = 0, max_words: int = 80, max_chunks: int = 16) -> list[str]:
+    """Passages of `text` for the best-passage channel: sentences, merged until a passage has at
+    least `min_words` words, split when one runs past `max_words`; at most `max_chunks` (the
+    first ones). One passage means the item's own vector already covers it (no extra vector).
+    """
+    out: list[str] = []
+    cur: list[str] = []
+    for sent in sentences(text):
+        words = sent.split()
+        while len(words) > max_words:
+            out.append(" ".join(words[:max_words]))
+            words = words[max_words:]
+        cur += words
+        if len(cur) >= min_words:
+            out.append(" ".join(cur))
+            cur = []
+    if cur:
+        if out and len(cur) < min_words:
+            out[-1] += " " + " ".join(cur)
+        else:
+            out.append(" ".join(cur))
+    return out[:max_chunks]
+
+
 def group_ids(groups: Sequence[Hashable | None]) -> np.ndarray:
     """Dense integer ids for groups (-1 for None), for vectorised session terms."""
     table: dict[Hashable, int] = {}
@@ -376,45 +354,111 @@ def group_ids(groups: Sequence[Hashable | None]) -> np.ndarray:
     )
 
 
-def _neighbour_sum(values: np.ndarray, gids: np.ndarray, radius: int, weights: Sequence[float]) -> np.ndarray:
-    """values[i] + sum of weights[d-1] * values[i±d] over same-group rows (gid -1: no group)."""
-    out = values.astype(np.float64 if values.ndim == 1 else np.float32, copy=True)
-    for d in range(1, min(radius, len(values) - 1) + 1):
-        w = weights[min(d, len(weights)) - 1]
-        same = ((gids[d:] == gids[:-d]) & (gids[d:] >= 0)).astype(out.dtype)
-        if values.ndim > 1:
-            same = same[:, None]
-        out[d:] += w * same * values[:-d]
-        out[:-d] += w * same * values[d:]
+def neighbour_index(gids: np.ndarray, positions: np.ndarray | None = None, radius: int = 2) -> np.ndarray:
+    """Row indices of each row's session neighbours: shape (n, 2*radius), -1 where there is none.
+
+    Columns go previous-1, next-1, previous-2, next-2, …; column c and c ^ 1 are opposite
+    directions. Rows of a group are ordered by `positions` (default: row order), so rows of many
+    chats may interleave in the table (the store appends messages as they arrive). Rows with
+    gid -1 (memories, lore, summaries) have no neighbours.
+    """
+    n = len(gids)
+    nbr = np.full((n, 2 * radius), -1, dtype=np.int64)
+    if n == 0:
+        return nbr
+    pos = np.arange(n) if positions is None else np.asarray(positions)
+    order = np.lexsort((pos, gids))
+    for d in range(1, radius + 1):
+        if d >= n:
+            break
+        a, b = order[:-d], order[d:]
+        same = (gids[a] == gids[b]) & (gids[a] >= 0)
+        nbr[b[same], 2 * (d - 1)] = a[same]
+        nbr[a[same], 2 * (d - 1) + 1] = b[same]
+    return nbr
+
+
+def _columns(radius: int, weights: Sequence[float]) -> list[tuple[int, float]]:
+    """(column of the neighbour table, weight) for distances 1..radius."""
+    cols = []
+    for d in range(1, radius + 1):
+        w = weights[min(d, len(weights)) - 1] if weights else 0.0
+        if w:
+            cols += [(2 * (d - 1), w), (2 * (d - 1) + 1, w)]
+    return cols
+
+
+def neighbour_sum(
+    values: np.ndarray, nbr: np.ndarray, weights: Sequence[float], radius: int | None = None
+) -> np.ndarray:
+    """values[i] + Σ_d weights[d-1] · (values[prev_d(i)] + values[next_d(i)]), rows or scalars."""
+    out = values.astype(np.float32 if values.ndim > 1 else np.float64, copy=True)
+    radius = len(weights) if radius is None else radius
+    for col, w in _columns(min(radius, nbr.shape[1] // 2), weights):
+        idx = nbr[:, col]
+        has = idx >= 0
+        out[has] += w * values[idx[has]]
+    return out
+
+
+def expand_neighbours(
+    counts: Sequence[Mapping[str, float]], nbr: np.ndarray, weights: Sequence[float] = (0.9, 0.5)
+) -> list[Counter]:
+    """Each item's term counts plus its neighbours' at `weights` by distance (the reference for
+    what `bm25(..., neighbours=...)` computes at query time without storing it)."""
+    out: list[Counter] = []
+    cols = _columns(min(len(weights), nbr.shape[1] // 2), weights)
+    for i, own in enumerate(counts):
+        merged: Counter = Counter(own)
+        for col, w in cols:
+            j = nbr[i, col]
+            if j >= 0:
+                for term, c in counts[j].items():
+                    merged[term] += w * c
+        out.append(merged)
+    return out
+
+
+def window_texts(texts: Sequence[str], nbr: np.ndarray, radius: int) -> list[str]:
+    """For each item, its text joined with up to `radius` session neighbours on each side."""
+    out = []
+    for i, text in enumerate(texts):
+        before, after = [], []
+        for d in range(1, radius + 1):
+            p, n = nbr[i, 2 * (d - 1)], nbr[i, 2 * (d - 1) + 1]
+            if p >= 0:
+                before.insert(0, texts[p])
+            if n >= 0:
+                after.append(texts[n])
+        out.append(" ".join(before + [text] + after))
     return out
 
 
 def window_vectors(
-    vectors: np.ndarray, gids: np.ndarray, radius: int, weights: Sequence[float] = (1.0, 0.6)
+    vectors: np.ndarray, nbr: np.ndarray, radius: int, weights: Sequence[float] = (1.0, 0.6)
 ) -> np.ndarray:
-    """Each row plus its same-group neighbours up to `radius` away (weighted), re-normalised.
+    """Each row plus its session neighbours up to `radius` away (weighted), re-normalised.
 
-    A message's "window": its vector mixed with its session neighbours'. The weighted mean of
-    stored vectors measured as well as embedding the joined window text on LoCoMo, and costs no
+    A message's "window": its vector mixed with its neighbours'. The weighted mean of stored
+    vectors measured as well as embedding the joined window text on LoCoMo, and costs no
     embedding at write time and no re-embedding of earlier messages when a new one arrives.
-    Rows with gid -1 (memories, lore) stay as they are.
     """
-    out = _neighbour_sum(vectors, gids, radius, weights)
+    out = neighbour_sum(vectors, nbr, weights, radius)
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     return out / np.where(norms > 0, norms, 1.0)
 
 
 def window_norms(
-    vectors: np.ndarray, gids: np.ndarray, radius: int, weights: Sequence[float] = (1.0, 0.6)
+    vectors: np.ndarray, nbr: np.ndarray, radius: int, weights: Sequence[float] = (1.0, 0.6)
 ) -> np.ndarray:
     """Norm of each row's un-normalised window (what `window_scores` divides by)."""
-    norms = np.linalg.norm(_neighbour_sum(vectors, gids, radius, weights), axis=1)
+    norms = np.linalg.norm(neighbour_sum(vectors, nbr, weights, radius), axis=1)
     return np.where(norms > 0, norms, 1.0)
 
 
 def window_scores(
     item_scores: np.ndarray,
-    gids: np.ndarray,
+    nbr: np.ndarray,
     radius: int,
     norms: np.ndarray,
     weights: Sequence[float] = (1.0, 0.6),
@@ -425,7 +469,7 @@ def window_scores(
     summed over neighbours and divided by the precomputed window norm, equal
     `window_vectors(...) @ q` exactly, in O(n) instead of a second n×384 product.
     """
-    return _neighbour_sum(item_scores, gids, radius, weights) / norms
+    return neighbour_sum(item_scores, nbr, weights, radius) / norms
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,44 +478,32 @@ def window_scores(
 
 @dataclass
 class TermIndex:
-    """Postings of a fixed list of items, built from stored term counts.
+    """Postings of the items' own term counts: term -> (row indices, term frequencies).
 
-    `postings`: term -> (item indices, term frequencies) of the counts BM25 scores (a message's
-    own counts plus its neighbours'). `owners`: term -> indices of the items whose *own* counts
-    hold it; document frequencies come from these, so that context does not dilute a term's
-    rarity, and they are counted over the candidates only (see `bm25`).
+    Only each item's own counts are stored; `bm25` adds the neighbours' counts at query time
+    through the neighbour table, so that a new message changes no earlier row. Document
+    frequencies come from the own counts (context does not dilute a term's rarity).
     """
 
     postings: dict[str, tuple[np.ndarray, np.ndarray]]
-    owners: dict[str, np.ndarray]
     doc_len: np.ndarray
     n_docs: int
 
     @classmethod
-    def build(
-        cls,
-        counts: Sequence[Mapping[str, float]],
-        own_counts: Sequence[Mapping[str, float]] | None = None,
-    ) -> "TermIndex":
-        """Index `counts` (one mapping per item); document frequencies from `own_counts`."""
-        postings = _postings(counts)
-        own = postings if own_counts is None else _postings(own_counts)
+    def build(cls, counts: Sequence[Mapping[str, float]]) -> "TermIndex":
+        """Index `counts`, one mapping of term -> count per row."""
+        lists: dict[str, tuple[list[int], list[float]]] = {}
+        for i, c in enumerate(counts):
+            for term, tf in c.items():
+                ix, tfs = lists.setdefault(term, ([], []))
+                ix.append(i)
+                tfs.append(float(tf))
+        postings = {
+            t: (np.asarray(ix, dtype=np.int64), np.asarray(tf, dtype=np.float64))
+            for t, (ix, tf) in lists.items()
+        }
         doc_len = np.array([float(sum(c.values())) for c in counts], dtype=np.float64)
-        owners = {t: ix for t, (ix, _) in own.items()}
-        return cls(postings, owners, doc_len, len(counts))
-
-
-def _postings(counts: Sequence[Mapping[str, float]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    lists: dict[str, tuple[list[int], list[float]]] = {}
-    for i, c in enumerate(counts):
-        for term, tf in c.items():
-            ix, tfs = lists.setdefault(term, ([], []))
-            ix.append(i)
-            tfs.append(float(tf))
-    return {
-        t: (np.asarray(ix, dtype=np.int64), np.asarray(tf, dtype=np.float64))
-        for t, (ix, tf) in lists.items()
-    }
+        return cls(postings, doc_len, len(counts))
 
 
 def idf(doc_freq: float, n_docs: float) -> float:
@@ -487,30 +519,49 @@ def bm25(
     b: float = 0.75,
     bigram_weight: float = 1.0,
     mask: np.ndarray | None = None,
+    neighbours: np.ndarray | None = None,
+    neighbour_weights: Sequence[float] = (),
 ) -> np.ndarray:
-    """Okapi BM25 score of every item in `index` for the query term counts `query`.
+    """Okapi BM25 score of every row for the query term counts `query`.
 
-    With `mask`, the collection statistics (item count, mean length, document frequencies) are
-    those of the candidates alone: an item the viewer may not see changes no score.
+    With `neighbours` (see `neighbour_index`), a row's term frequencies and length are its own
+    plus its session neighbours' at `neighbour_weights` ("neighbour context"). With `mask`, the
+    collection statistics (row count, mean length, document frequencies) are those of the
+    candidates alone: a row the viewer may not see changes no score.
     """
-    scores = np.zeros(index.n_docs, dtype=np.float64)
-    if index.n_docs == 0:
+    n = index.n_docs
+    scores = np.zeros(n, dtype=np.float64)
+    if n == 0:
         return scores
+    cols = []
+    if neighbours is not None and neighbour_weights:
+        cols = _columns(min(len(neighbour_weights), neighbours.shape[1] // 2), neighbour_weights)
+    dl = index.doc_len if not cols else neighbour_sum(index.doc_len, neighbours, neighbour_weights)
     if mask is None:
-        n_docs, avgdl = float(index.n_docs), float(index.doc_len.mean())
+        n_docs, avgdl = float(n), float(dl.mean())
     else:
         n_docs = float(mask.sum())
-        avgdl = float(index.doc_len[mask].mean()) if n_docs else 1.0
-    norm = k1 * (1.0 - b + b * index.doc_len / (avgdl or 1.0))
+        avgdl = float(dl[mask].mean()) if n_docs else 1.0
+    norm = k1 * (1.0 - b + b * dl / (avgdl or 1.0))
     for term, qtf in query.items():
         post = index.postings.get(term)
         if post is None:
             continue
         ix, tf = post
-        owners = index.owners.get(term, ix[:0])
-        df = len(owners) if mask is None else int(mask[owners].sum())
-        weight = idf(df, n_docs) * (bigram_weight if "_" in term else 1.0)
-        scores[ix] += qtf * weight * tf * (k1 + 1.0) / (tf + norm[ix])
+        df = len(ix) if mask is None else int(mask[ix].sum())
+        weight = qtf * idf(df, n_docs) * (bigram_weight if "_" in term else 1.0)
+        if cols:
+            # Scatter each holder's count to the rows that have it as a neighbour: the row whose
+            # previous-d is j is j's next-d (column c ^ 1), so each column is a plain gather.
+            acc = np.zeros(n, dtype=np.float64)
+            acc[ix] = tf
+            for col, w in cols:
+                recv = neighbours[ix, col ^ 1]
+                ok = recv >= 0
+                acc[recv[ok]] += w * tf[ok]
+            ix = np.flatnonzero(acc)
+            tf = acc[ix]
+        scores[ix] += weight * tf * (k1 + 1.0) / (tf + norm[ix])
     return scores
 
 
@@ -594,12 +645,13 @@ class RankingParams:
     bigrams: bool = False  # adjacent-stem bigrams in BM25 terms (flat on LoCoMo; doubles postings)
     bigram_weight: float = 1.0
     neighbour_weights: tuple[float, ...] = (0.9, 0.5)  # BM25 counts of ±1, ±2 session neighbours
+    passage_min_words: int = 16  # write time: passages (best-passage vectors) of at least this
     window_weights: tuple[float, ...] = (1.0, 0.6)  # vectors of ±1, ±2 neighbours in windows
     w_bm25: float = 0.75
     w_dense: float = 0.45  # the item's own vector
     w_dense_win1: float = 0.2  # ±1 window vector
     w_dense_win2: float = 0.225  # ±2 window vector
-    w_dense_sent: float = 0.3  # best sentence of multi-sentence items
+    w_dense_sent: float = 0.3  # best passage of multi-passage items (see `chunks`)
     w_speaker: float = 3.75  # messages by a character the query names
     w_session: float = 0.15  # best fused score in the item's session
     w_temporal: float = 2.0  # time expressions, for "when" questions
@@ -625,8 +677,9 @@ class RankingParams:
 class Corpus:
     """What search keeps in memory for one store: per-item arrays, aligned by row.
 
-    Messages come in conversation order with `gids` = their session group (see `group_ids`;
-    -1 for memories, lore, summaries). `vectors` are L2-normalised rows of `dense_text`;
+    `gids` holds each message's session group (see `group_ids`; -1 for memories, lore,
+    summaries) and `neighbours` its session neighbours (`neighbour_index`); rows may come in any
+    order. `vectors` are L2-normalised rows of `dense_text`;
     `win1_norm`/`win2_norm` come from `window_norms` (None skips the channel), or `win_vectors`
     holds embedded window texts (the costlier variant, kept for measurement); `sent_vectors` and
     `sent_owner` hold the sentence vectors of multi-sentence items and the row they belong to.
@@ -636,9 +689,10 @@ class Corpus:
     terms: TermIndex
     vectors: np.ndarray
     gids: np.ndarray
-    speakers: list[str | None]
-    win1_norm: np.ndarray | None = None  # window_norms(vectors, gids, 1, window_weights)
-    win2_norm: np.ndarray | None = None  # window_norms(vectors, gids, 2, window_weights)
+    speakers: Sequence[str | None]
+    neighbours: np.ndarray | None = None  # neighbour_index(gids, positions)
+    win1_norm: np.ndarray | None = None  # window_norms(vectors, neighbours, 1, window_weights)
+    win2_norm: np.ndarray | None = None  # window_norms(vectors, neighbours, 2, window_weights)
     win_vectors: tuple[np.ndarray, np.ndarray] | None = None  # embedded ±1/±2 window texts instead
     sent_vectors: np.ndarray | None = None
     sent_owner: np.ndarray | None = None
@@ -650,6 +704,18 @@ class Corpus:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def speaker_mask(self, named: Sequence[str]) -> np.ndarray:
+        """Rows spoken by any of `named` (speaker codes are built once, then reused)."""
+        codes = self.__dict__.get("_speaker_codes")
+        if codes is None:
+            table: dict[str, int] = {}
+            codes = np.array([-1 if s is None else table.setdefault(s, len(table)) for s in self.speakers],
+                             dtype=np.int64)
+            self.__dict__["_speaker_codes"], self.__dict__["_speaker_table"] = codes, table
+        table = self.__dict__["_speaker_table"]
+        wanted = [table[n] for n in named if n in table]
+        return np.isin(codes, wanted) if wanted else np.zeros(len(codes), dtype=bool)
 
 
 @dataclass(frozen=True)
@@ -692,6 +758,7 @@ def channel_scores(
         out["bm25"] = bm25(
             corpus.terms, query.terms, k1=params.k1, b=params.b,
             bigram_weight=params.bigram_weight, mask=mask,
+            neighbours=corpus.neighbours, neighbour_weights=params.neighbour_weights,
         )
     base = corpus.vectors @ query.vector
     out["dense"] = base
@@ -701,10 +768,11 @@ def channel_scores(
         if params.w_dense_win2:
             out["dense_win2"] = corpus.win_vectors[1] @ query.vector
     else:
-        if params.w_dense_win1 and corpus.win1_norm is not None:
-            out["dense_win1"] = window_scores(base, corpus.gids, 1, corpus.win1_norm, params.window_weights)
-        if params.w_dense_win2 and corpus.win2_norm is not None:
-            out["dense_win2"] = window_scores(base, corpus.gids, 2, corpus.win2_norm, params.window_weights)
+        nbr = corpus.neighbours
+        if params.w_dense_win1 and corpus.win1_norm is not None and nbr is not None:
+            out["dense_win1"] = window_scores(base, nbr, 1, corpus.win1_norm, params.window_weights)
+        if params.w_dense_win2 and corpus.win2_norm is not None and nbr is not None:
+            out["dense_win2"] = window_scores(base, nbr, 2, corpus.win2_norm, params.window_weights)
     if params.w_dense_sent and corpus.sent_vectors is not None and len(corpus.sent_vectors):
         sims = corpus.sent_vectors @ query.vector
         out["dense_sent"] = np.maximum(base, segment_max(sims, corpus.sent_owner, len(corpus), base))
@@ -728,9 +796,7 @@ def rank(
     channels = channel_scores(corpus, query, params, mask)
     score = fuse(channels, params.channel_weights(), mask)
     if params.w_speaker and query.named:
-        named = set(query.named)
-        hit = np.fromiter((s in named for s in corpus.speakers), dtype=bool, count=len(corpus))
-        score += params.w_speaker * hit / len(query.named)
+        score += params.w_speaker * corpus.speaker_mask(query.named) / len(query.named)
     if params.w_temporal and query.temporal and corpus.temporal is not None:
         score += params.w_temporal * np.minimum(corpus.temporal, 2) / 2
     if params.w_date and query.dates and corpus.days is not None:

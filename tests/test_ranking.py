@@ -106,12 +106,26 @@ def test_sw6_date_prior_prefers_items_dated_at_or_just_after_the_span():
 # --- conversation structure --------------------------------------------------------------------
 
 
+def test_sw6_neighbour_table_follows_sessions_not_rows():
+    """rule SW6: neighbours are the messages before and after in the same session, ordered by
+    position even when rows of several chats interleave; memories have none."""
+    gids = np.array([0, 1, 0, 1, 0, -1, -1])
+    pos = np.array([0, 0, 1, 1, 2, 0, 0])
+    nbr = R.neighbour_index(gids, pos, radius=2)
+    # columns: prev-1, next-1, prev-2, next-2
+    assert list(nbr[0]) == [-1, 2, -1, 4]
+    assert list(nbr[2]) == [0, 4, -1, -1]
+    assert list(nbr[4]) == [2, -1, 0, -1]
+    assert list(nbr[1]) == [-1, 3, -1, -1]
+    assert list(nbr[5]) == [-1] * 4 and list(nbr[6]) == [-1] * 4
+
+
 def test_sw6_neighbour_counts_stay_inside_a_session():
     """rule SW6: a message borrows its session neighbours' terms at decaying weights, never
     across sessions, and items without a session borrow nothing."""
     counts = [{"a": 1}, {"b": 1}, {"c": 1}, {"d": 1}, {"e": 1}]
-    groups = ["s1", "s1", "s1", "s2", None]
-    out = R.expand_neighbours(counts, groups, (0.9, 0.5))
+    nbr = R.neighbour_index(R.group_ids(["s1", "s1", "s1", "s2", None]))
+    out = R.expand_neighbours(counts, nbr, (0.9, 0.5))
     assert out[0] == {"a": 1, "b": 0.9, "c": 0.5}
     assert out[1] == {"a": 0.9, "b": 1, "c": 0.9}
     assert out[3] == {"d": 1}
@@ -121,11 +135,11 @@ def test_sw6_neighbour_counts_stay_inside_a_session():
 def test_sw6_window_vectors_mix_neighbours_within_a_group():
     """rule SW6: window vectors are normalised weighted sums of same-session neighbours."""
     v = np.eye(4, dtype=np.float32)
-    gids = np.array([0, 0, 1, -1])
-    w1 = R.window_vectors(v, gids, 1)
+    nbr = R.neighbour_index(np.array([0, 0, 1, -1]))
+    w1 = R.window_vectors(v, nbr, 1)
     assert np.allclose(w1[0], np.array([1, 1, 0, 0]) / np.sqrt(2))
     assert np.allclose(w1[2], v[2]) and np.allclose(w1[3], v[3])
-    w2 = R.window_vectors(np.eye(3, dtype=np.float32), np.array([0, 0, 0]), 2, (1.0, 0.5))
+    w2 = R.window_vectors(np.eye(3, dtype=np.float32), R.neighbour_index(np.zeros(3, np.int64)), 2, (1.0, 0.5))
     assert np.allclose(w2[0], np.array([1, 1, 0.5]) / np.linalg.norm([1, 1, 0.5]))
 
 
@@ -135,25 +149,37 @@ def test_sw6_window_scores_equal_cosines_with_window_vectors():
     rng = np.random.default_rng(1)
     v = rng.normal(size=(9, 5)).astype(np.float32)
     v /= np.linalg.norm(v, axis=1, keepdims=True)
-    gids = np.array([0, 0, 0, 0, 1, 1, -1, -1, 2])
+    nbr = R.neighbour_index(np.array([0, 0, 0, 0, 1, 1, -1, -1, 2]))
     q = rng.normal(size=5).astype(np.float32)
     q /= np.linalg.norm(q)
     for radius in (1, 2):
-        want = R.window_vectors(v, gids, radius) @ q
-        got = R.window_scores(v @ q, gids, radius, R.window_norms(v, gids, radius))
+        want = R.window_vectors(v, nbr, radius) @ q
+        got = R.window_scores(v @ q, nbr, radius, R.window_norms(v, nbr, radius))
         assert np.allclose(got, want, atol=1e-5)
 
 
 def test_sw6_window_texts_join_neighbours():
     """rule SW6: ±radius window texts do not cross a session boundary."""
-    texts = ["a", "b", "c", "d"]
-    assert R.window_texts(texts, [1, 1, 1, 2], 1) == ["a b", "a b c", "b c", "d"]
+    nbr = R.neighbour_index(np.array([1, 1, 1, 2]))
+    assert R.window_texts(["a", "b", "c", "d"], nbr, 1) == ["a b", "a b c", "b c", "d"]
 
 
 def test_sw6_sentences_split_and_merge_fragments():
     """rule SW6: a message splits into sentences; short fragments join the previous one."""
     assert R.sentences("I won the race! Yes. Then we had cake at home.") == [
         "I won the race! Yes.", "Then we had cake at home."]
+
+
+def test_sw6_passages_merge_short_sentences_and_cut_long_ones():
+    """rule SW6: passages hold at least min_words words (short ones merge), at most max_words."""
+    text = "One two three. Four five six seven. Eight nine ten eleven twelve thirteen."
+    assert R.chunks(text, min_words=0) == R.sentences(text)
+    assert R.chunks(text, min_words=6) == ["One two three. Four five six seven.",
+                                           "Eight nine ten eleven twelve thirteen."]
+    assert R.chunks(text, min_words=7) == [text]  # a short tail joins the passage before it
+    assert R.chunks(text, min_words=100) == [text]
+    assert R.chunks(" ".join(["w"] * 25), max_words=10) == ["w " * 9 + "w", "w " * 9 + "w", "w " * 4 + "w"]
+    assert len(R.chunks(". ".join(["the cat sat on the mat"] * 40), min_words=3, max_chunks=16)) == 16
 
 
 # --- BM25 ---------------------------------------------------------------------------------------
@@ -176,14 +202,24 @@ def test_sw6_bm25_matches_the_okapi_formula():
     assert got[2] == 0.0
 
 
-def test_sw6_bm25_rarity_comes_from_own_counts_not_neighbours():
-    """rule SW6: neighbour context adds matches but does not make a term look common."""
-    own = [{"x": 1}, {"y": 1}, {"y": 1}]
-    expanded = R.expand_neighbours(own, ["s", "s", "s"], (0.9,))
-    index = R.TermIndex.build(expanded, own_counts=own)
-    assert len(index.owners["x"]) == 1  # only item 0 says "x"
-    scores = R.bm25(index, {"x": 1})
-    assert scores[0] > scores[1] > 0 and scores[2] == 0
+def test_sw6_bm25_neighbour_context_equals_bm25_over_expanded_counts():
+    """rule SW6: BM25 with the neighbour table computed at query time equals Okapi BM25 over the
+    neighbour-expanded counts, with document frequencies taken from the items' own counts."""
+    own = [{"x": 1, "z": 2}, {"y": 1}, {"y": 1, "x": 1}, {"x": 3}, {"z": 1}]
+    gids = np.array([0, 0, 0, 1, -1])
+    nbr = R.neighbour_index(gids)
+    q = {"x": 1, "y": 2, "z": 1}
+    got = R.bm25(R.TermIndex.build(own), q, k1=1.2, b=0.75, neighbours=nbr, neighbour_weights=(0.9, 0.5))
+    expanded = R.expand_neighbours(own, nbr, (0.9, 0.5))
+    dl = np.array([sum(c.values()) for c in expanded])
+    want = np.zeros(5)
+    for i, c in enumerate(expanded):
+        for t, qtf in q.items():
+            df = sum(1 for o in own if t in o)
+            tf = c.get(t, 0.0)
+            want[i] += qtf * R.idf(df, 5) * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * dl[i] / dl.mean()))
+    assert np.allclose(got, want)
+    assert got[1] > 0  # item 1 says no "x"/"z" itself, but its neighbours do
 
 
 def test_sw9b_bm25_statistics_come_from_candidates_only():
@@ -223,18 +259,17 @@ def test_sw6_group_max_and_top_k():
 def _toy_corpus(rng: np.random.Generator, n: int = 12, groups: list | None = None):
     words = ["sword", "river", "key", "dragon", "bread", "storm", "ring", "map"]
     own = [{w: int(rng.integers(1, 3)) for w in rng.choice(words, 3, replace=False)} for _ in range(n)]
-    groups = groups or [i // 4 for i in range(n)]
-    expanded = R.expand_neighbours(own, groups)
+    gids = R.group_ids(groups or [i // 4 for i in range(n)])
+    nbr = R.neighbour_index(gids)
     vecs = rng.normal(size=(n, 8)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    gids = R.group_ids(groups)
     return R.Corpus(
-        ids=[str(i) for i in range(n)], terms=R.TermIndex.build(expanded, own_counts=own),
+        ids=[str(i) for i in range(n)], terms=R.TermIndex.build(own), neighbours=nbr,
         vectors=vecs, gids=gids, speakers=["a" if i % 2 else "b" for i in range(n)],
-        win1_norm=R.window_norms(vecs, gids, 1), win2_norm=R.window_norms(vecs, gids, 2),
+        win1_norm=R.window_norms(vecs, nbr, 1), win2_norm=R.window_norms(vecs, nbr, 2),
         temporal=rng.integers(0, 3, n).astype(float), content_len=rng.integers(1, 30, n).astype(float),
         days=np.full(n, float(day(2023, 5, 1))),
-    ), expanded, own
+    ), own
 
 
 def test_sw9b_rank_with_mask_equals_rank_of_the_visible_items():
@@ -244,16 +279,16 @@ def test_sw9b_rank_with_mask_equals_rank_of_the_visible_items():
     viewer's mask hides whole sessions and memories one by one."""
     rng = np.random.default_rng(7)
     # Two sessions of four messages, then four memories (no session), hidden one by one.
-    corpus, expanded, own = _toy_corpus(rng, groups=[0] * 4 + [1] * 4 + [None] * 4)
+    corpus, own = _toy_corpus(rng, groups=[0] * 4 + [1] * 4 + [None] * 4)
     mask = np.array([4 <= i < 8 or i in (9, 11) for i in range(len(corpus))])
     keep = np.flatnonzero(mask)
     q = R.Query("key river", {"key": 1, "river": 1}, rng.normal(size=8).astype(np.float32), ("a",), True)
     full = R.rank(corpus, q, R.RankingParams(), mask)
     assert np.all(np.isneginf(full[~mask]))
+    gids = corpus.gids[keep]
     sub = R.Corpus(
-        ids=[corpus.ids[i] for i in keep],
-        terms=R.TermIndex.build([expanded[i] for i in keep], own_counts=[own[i] for i in keep]),
-        vectors=corpus.vectors[keep], gids=corpus.gids[keep],
+        ids=[corpus.ids[i] for i in keep], terms=R.TermIndex.build([own[i] for i in keep]),
+        neighbours=R.neighbour_index(gids), vectors=corpus.vectors[keep], gids=gids,
         speakers=[corpus.speakers[i] for i in keep],
         win1_norm=corpus.win1_norm[keep], win2_norm=corpus.win2_norm[keep],
         temporal=corpus.temporal[keep], content_len=corpus.content_len[keep], days=corpus.days[keep],
@@ -264,7 +299,7 @@ def test_sw9b_rank_with_mask_equals_rank_of_the_visible_items():
 def test_sw6_speaker_prior_lifts_the_named_characters_messages():
     """rule SW6: when the query names a character, that character's messages rise."""
     rng = np.random.default_rng(3)
-    corpus, _, _ = _toy_corpus(rng)
+    corpus, _ = _toy_corpus(rng)
     vec = rng.normal(size=8).astype(np.float32)
     plain = R.rank(corpus, R.Query("q", {"sword": 1}, vec), R.RankingParams())
     named = R.rank(corpus, R.Query("q", {"sword": 1}, vec, named=("a",)), R.RankingParams())
