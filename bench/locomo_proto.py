@@ -468,6 +468,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--latency", action="store_true", help="measure live query latency and indexing cost")
     ap.add_argument("--build", default="{}", help="JSON overrides of Build fields")
     ap.add_argument("--params", default="{}", help="JSON overrides of RankingParams fields")
+    ap.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     ap.add_argument("--ladder", action="store_true", help="add the parts one at a time")
     ap.add_argument("--ablate", action="store_true", help="drop one part at a time from the defaults")
     args = ap.parse_args(argv)
@@ -536,11 +537,17 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {label:58} {row}", flush=True)
 
     if args.latency:
+        print(f"\n## load average before: {os.getloadavg()} on {os.cpu_count()} cores")
+        if args.torch_threads:
+            import torch
+
+            torch.set_num_threads(args.torch_threads)
         lat = measure_latency(allp, emb, params, b)
         print("\n## query latency (ms, live embedding, OPENBLAS_NUM_THREADS="
               f"{os.environ.get('OPENBLAS_NUM_THREADS')}): {json.dumps({k: round(v, 2) for k, v in lat.items()})}")
         idx = measure_indexing(convs[0], emb, b)
         print(f"## indexing cost per turn (ms): {json.dumps({k: round(v, 2) for k, v in idx.items()})}")
+        print(f"## load average at the end: {os.getloadavg()}")
 
 
 if __name__ == "__main__":
