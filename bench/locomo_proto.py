@@ -21,11 +21,10 @@ import json
 import os
 import re
 import sqlite3
-import statistics
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -248,7 +247,6 @@ class Prepared:
     cast: R.Cast
     corpus: R.Corpus
     queries: list[R.Query]
-    channels: list[dict[str, np.ndarray]] = field(default_factory=list)
 
 
 def dense_query(text: str, cast: R.Cast, b: Build, params: R.RankingParams) -> str:

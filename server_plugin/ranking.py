@@ -5,16 +5,20 @@ it keeps per item at write time with these functions (`analyze`, `dense_text`, `
 keeps an in-memory `Corpus` per store, and asks `rank` for scores; `search.py` owns the caching
 and the visibility mask, this module owns the arithmetic.
 
-How a query is scored (each part measured on LoCoMo, see bench/locomo_proto.py):
-- BM25 over stemmed terms (Snowball English) plus bigrams, with each message's counts augmented
-  by its session neighbours' counts at decaying weights ("neighbour context").
-- MiniLM cosine on the item, and on ±1 / ±2 message windows of the same session, all embedded
-  with character names removed: MiniLM ranks by the names it sees, so a query naming Ayla
-  would otherwise pull every message that says "Ayla".
-- Weighted z-score fusion of those channels (it beat reciprocal rank fusion), plus additive
-  priors in z units: the speaker prior (messages by a character the query names), a session
-  term (items of a session that scores well elsewhere), a temporal-cue prior for "when"
-  questions, recency and importance.
+How a query is scored (each part measured on LoCoMo with bench/locomo_proto.py; the storage
+design and the measurements at campaign scale are in docs/search.md):
+- BM25 over Snowball-stemmed terms of "<date> <speaker>: <text>"; a message's term counts are its
+  own plus its session neighbours' at decaying weights ("neighbour context"), added at query time
+  through a neighbour table so that no stored row changes when a new message arrives.
+- MiniLM cosine with the item's vector, with its ±1 / ±2 session windows (weighted means of the
+  neighbours' vectors, scored from the items' cosines) and with its best passage. Everything is
+  embedded with character names removed: MiniLM ranks by the names it sees, so a query naming
+  Ayla would otherwise pull every message that says "Ayla". The query names its first character
+  in the first person instead ("When did I go…"), as stored messages speak.
+- Weighted z-score fusion of those channels over the viewer's candidates (it beat reciprocal rank
+  fusion), plus additive priors in z units: speaker (the characters the query names), session
+  (the best score of the item's session), temporal cues for "when" questions, dates the query
+  names, content length, recency and importance.
 """
 
 from __future__ import annotations
@@ -621,7 +625,7 @@ def group_max(scores: np.ndarray, gids: np.ndarray, mask: np.ndarray | None = No
 
 
 def segment_max(values: np.ndarray, owners: np.ndarray, n_items: int, fill: np.ndarray) -> np.ndarray:
-    """Max of `values` per owning item (best sentence per item); `fill` where an item has none."""
+    """Max of `values` per owning item (best passage per item); `fill` where an item has none."""
     out = np.full(n_items, -np.inf)
     if len(values):
         np.maximum.at(out, owners, values)
@@ -636,7 +640,7 @@ def segment_max(values: np.ndarray, owners: np.ndarray, n_items: int, fill: np.n
 class RankingParams:
     """Every weight of the ranker; each becomes a setting `search_<name>`.
 
-    Defaults were tuned on 4 LoCoMo conversations and checked on the other 6 (bench/README).
+    Defaults were tuned on 4 LoCoMo conversations and checked on the other 6 (docs/search.md).
     Weights of channels are in z units; priors add to the fused z-score.
     """
 
@@ -682,7 +686,7 @@ class Corpus:
     order. `vectors` are L2-normalised rows of `dense_text`;
     `win1_norm`/`win2_norm` come from `window_norms` (None skips the channel), or `win_vectors`
     holds embedded window texts (the costlier variant, kept for measurement); `sent_vectors` and
-    `sent_owner` hold the sentence vectors of multi-sentence items and the row they belong to.
+    `sent_owner` hold the passage vectors of multi-passage items (`chunks`) and their rows.
     """
 
     ids: list[str]
