@@ -209,11 +209,13 @@ def main(argv: list[str] | None = None) -> None:
     queries = [R.prepare_query(t, cast, v, params) for t, v in zip(qtexts, qvecs)]
     for q in queries[:5]:
         R.top_k(R.rank(corpus, q, params, mask), 10)  # warm up
-    full, dense_t, bm25_t = [], [], []
+    full, full_cpu, dense_t, bm25_t = [], [], [], []
     for q in queries:
+        c0 = time.process_time()
         t0 = time.perf_counter()
         R.top_k(R.rank(corpus, q, params, mask), 10)
         full.append((time.perf_counter() - t0) * 1e3)
+        full_cpu.append((time.process_time() - c0) * 1e3)
         t0 = time.perf_counter()
         corpus.vectors @ q.vector
         if corpus.sent_vectors is not None:
@@ -224,7 +226,8 @@ def main(argv: list[str] | None = None) -> None:
                neighbours=corpus.neighbours, neighbour_weights=params.neighbour_weights)
         bm25_t.append((time.perf_counter() - t0) * 1e3)
     print(f"\n## ranking at {len(corpus)} items, all channels, viewer mask ({mask.mean():.0%} visible)")
-    print(f"rank + top_k: {pct(full)}")
+    print(f"rank + top_k: {pct(full)} (CPU time: {pct(full_cpu)}; load average {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} cores)")
     print(f"  of which dense products ({len(corpus) + n_sent} vectors): {pct(dense_t)}")
     print(f"  of which BM25 with neighbour context at query time: {pct(bm25_t)}")
 
