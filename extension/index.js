@@ -8,6 +8,7 @@ import { Features } from './src/features.js';
 import { clearPrompts } from './src/inject.js';
 import { RingBuffer, createInterceptor } from './src/interceptor.js';
 import { OutageNotifier, outageMessage } from './src/notify.js';
+import { installPanel } from './src/panel/panel.js';
 import { bindSettingsPanel } from './src/settings_panel.js';
 import { INSTALL_CONFIG_FILE, SETTINGS_KEY, fromInstallConfig, withDefaults } from './src/settings.js';
 import { ChatSync, chatMembers, speakerOf, stampTurn, swipePending } from './src/sync.js';
@@ -344,4 +345,9 @@ try {
     await addSettingsDrawer();
 } catch (error) {
     console.error('[Chronicler] could not add the settings drawer:', error);
+}
+try {
+    state.panel = installPanel({ getContext: ctx, getClient: () => client(), state });
+} catch (error) {
+    console.error('[Chronicler] could not add the memory panel:', error);
 }

