@@ -106,3 +106,5 @@ def test_dc2_sw2_jobs_run_on_sillytaverns_connection_and_the_model_reads_the_ses
     finally:
         st.evaluate("() => { SillyTavern.getContext().chatCompletionSettings.function_calling = false; }")
         save_settings(st)
+        # Later tests (the panel's) expect Seraphina's chat to hold only her greeting.
+        _run_command(st, "/delchat")
