@@ -328,3 +328,18 @@ def test_hostile_paths_over_a_real_socket_are_refused_in_the_envelope(real_sidec
     assert status < 500, (target, status, body[:300])
     if status >= 400:
         assert_schema("error.response", json.loads(body))
+
+
+@pytest.mark.parametrize("method,path", [("PUT", "/v1/characters/%2F0"), ("GET", "/v1/characters/%2Fhero.png"),
+                                         ("DELETE", "/v1/characters/%2F0"), ("PUT", "/v1/chats/%2F0"),
+                                         ("POST", "/v1/chats/c/turns/a%2F/rollback"), ("GET", "/v1//memories")])
+def test_percent_encoded_slash_in_an_id_is_refused_not_redirected_to_another_id(fuzz_app, method, path):
+    """Bug found by the fuzzer: '/v1/characters/%2F0' was answered 308 -> '/v1/characters/0' (HTML),
+    which a browser follows, re-sending a PUT to another character. Now: 404 in the envelope."""
+    app, services, _ = fuzz_app
+    before = fingerprint(services)
+    response = app.test_client().open(path, method=method, json={"name": "Other"} if method == "PUT" else None,
+                                      headers={"Authorization": f"Bearer {TOKEN}"})
+    assert response.status_code == 404 and "Location" not in response.headers
+    assert_schema("error.response", response.get_json())
+    assert fingerprint(services) == before

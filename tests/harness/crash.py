@@ -1,7 +1,7 @@
 """Kill the sidecar with SIGKILL at random moments while workers write; check nothing is lost.
 
 One cycle: start the sidecar; workers write (and read) from the moment it answers; SIGKILL it at a
-random moment (60% of the time while the embedding model is still loading, when the workers do
+random moment (half of the time while the embedding model is still loading, when the workers do
 the writes that need no model; otherwise shortly after it is ready); copy the crashed files and check them
 (integrity, index orphans, half-written items); restart and reconcile every worker's ledger with
 what the API returns. Used by tests/test_crash.py (20 kills) and bench/crash.py (as many as asked).
@@ -41,7 +41,7 @@ class CrashReport:
 
 
 def run_crash_cycles(workdir: Path, kills: int = 20, workers: int = 3, seed: int | None = None,
-                     loading_share: float = 0.6, after_ready: tuple[float, float] = (0.1, 1.0),
+                     loading_share: float = 0.5, after_ready: tuple[float, float] = (0.2, 1.2),
                      log: Callable[[str], None] = lambda _: None) -> CrashReport:
     """Run `kills` crash cycles against one data dir; the report says what (if anything) was lost."""
     seed = random.randrange(1 << 30) if seed is None else seed

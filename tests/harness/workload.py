@@ -170,7 +170,7 @@ class Characters(Family):
     kind = "character"
 
     def writes(self) -> list[tuple[float, Op]]:
-        return [(2.0, self.put), (0.4, self.delete)]
+        return [(1.0, self.put), (0.4, self.delete)]
 
     def reads(self) -> list[tuple[float, Op]]:
         return [(0.5, self.list)]
@@ -228,7 +228,7 @@ class Chats(Family):
     kind = "chat"
 
     def writes(self) -> list[tuple[float, Op]]:
-        return [(1.0, self.put)]
+        return [(0.6, self.put)]
 
     def reads(self) -> list[tuple[float, Op]]:
         return [(0.5, self.list)]
