@@ -86,7 +86,8 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
     # 308 redirect to the path with one slash, i.e. to ANOTHER id (and a browser re-sends the PUT
     # there). Without merging, such a path matches no route: 404 in the envelope.
     app.url_map.merge_slashes = False
-    app.config["MAX_CONTENT_LENGTH"] = max(settings.max_body_bytes, settings.max_import_bytes)
+    app.config["MAX_CONTENT_LENGTH"] = max(settings.max_body_bytes, settings.max_import_bytes,
+                                           settings.max_messages_body_bytes)
     app.json.sort_keys = False
     app.extensions[EXTENSION_KEY] = services
     guard = Guard(settings, token)
