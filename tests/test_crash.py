@@ -19,9 +19,10 @@ KILLS = int(os.environ.get("CRASH_KILLS", "20"))
 SEED = int(os.environ["CRASH_SEED"]) if os.environ.get("CRASH_SEED") else None
 
 
-def test_rv4_rv6_rv10_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
+def test_rv1_rv4_rv6_rv10_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
     """Issue 8 "nothing lost" over rules RV4 (memories by scope), RV6 (deleting a character moves
-    its memories to global in the same transaction), RV10 (rollback by turn) and RV11 (pins):
+    its memories to global in the same transaction), RV10 (rollback by turn), RV11 (pins) and RV1
+    (the transcript: message batches, edits, deletes, chat delete and rename):
     20 SIGKILLs at random moments, each followed by a restart and a full check."""
     report = run_crash_cycles(tmp_path, kills=KILLS, seed=SEED, log=print)
     print(f"crash: {report.kills} kills ({report.kills_while_loading} while the model loaded), "
@@ -33,7 +34,7 @@ def test_rv4_rv6_rv10_acknowledged_writes_survive_sigkill(tmp_path: Path) -> Non
     assert report.failures == []
     # The kills really land between writes of every kind, not on an idle server.
     for op in ("memory.create", "memory.edit", "memory.delete", "memory.pin", "character.put",
-               "character.delete", "chat.put", "turn.rollback"):
+               "character.delete", "chat.put", "turn.rollback", "messages.upsert", "message.delete"):
         assert report.acked[op] > 0, (op, report.acked)
     assert report.in_flight >= KILLS // 2
 

@@ -390,7 +390,117 @@ class Memories(Family):
         return out
 
 
-FAMILIES: list[Family] = [Characters(), Chats(), Memories()]
+# --- messages (POST batch, DELETE one; chats DELETE and rename: RV1, SW9a) -----------------------
+MESSAGE_FIELDS = ("role", "name", "text", "turn_id", "speaker_id", "version")
+MESSAGES_CAP = 40      # own messages per chat
+
+
+def message_key(chat_id: str, message_id: str) -> Key:
+    return ("message", f"{chat_id}\n{message_id}")   # ids are unique within a chat only
+
+
+def message_state(m: dict) -> State:
+    return {k: m[k] for k in MESSAGE_FIELDS}
+
+
+class Messages(Family):
+    kind = "message"
+
+    def writes(self) -> list[tuple[float, Op]]:
+        return [(3.0, self.upsert), (0.6, self.delete), (0.15, self.delete_chat), (0.15, self.rename_chat)]
+
+    def reads(self) -> list[tuple[float, Op]]:
+        return [(0.5, self.list)]
+
+    def _in_chat(self, w: Worker, chat_id: str) -> dict[str, State]:
+        prefix = chat_id + "\n"
+        return {k[len(prefix):]: v for k, v in w.ledger.items(self.kind).items() if k.startswith(prefix)}
+
+    @needs_model
+    def upsert(self, w: Worker) -> None:
+        """A batch: one to three new messages, sometimes an edit of an earlier one (idempotent by id)."""
+        chats = sorted(w.ledger.items("chat"))
+        if not chats:
+            return None
+        chat_id = w.rng.choice(chats)
+        have = self._in_chat(w, chat_id)
+        batch, effects = [], {}
+        if have and w.rng.random() < 0.3:
+            message_id = w.rng.choice(sorted(have))
+            text = f"{have[message_id]['text']} (edited {w.next_serial()})"
+            batch.append({"id": message_id, "role": have[message_id]["role"], "name": have[message_id]["name"],
+                          "text": text})
+            effects[message_key(chat_id, message_id)] = {**have[message_id], "text": text,
+                                                         "version": have[message_id]["version"] + 1}
+        cast = sorted(w.ledger.items("character"))
+        for _ in range(w.rng.randint(1, 3) if len(have) < MESSAGES_CAP else 0):
+            n = w.next_serial()
+            user = w.rng.random() < 0.5 or not cast
+            turn_id = None if user else f"{w.owner}-turn {w.rng.randint(1, TURNS)}"
+            speaker = None if user else w.rng.choice(cast)
+            message = {"id": f"{w.owner}-msg {n}", "role": "user" if user else "assistant",
+                       "name": "You" if user else "Hero", "text": f"Line {n}: {w.rng.choice(PHRASES)}",
+                       "turn_id": turn_id, "speaker_id": speaker}
+            batch.append(message)
+            effects[message_key(chat_id, message["id"])] = {**{k: message[k] for k in MESSAGE_FIELDS[:-1]},
+                                                            "version": 1}
+        if batch:
+            w.write("messages.upsert", "POST", f"/v1/chats/{q(chat_id)}/messages", {"messages": batch}, effects)
+
+    def delete(self, w: Worker) -> None:
+        chats = sorted(w.ledger.items("chat"))
+        if not chats:
+            return None
+        chat_id = w.rng.choice(chats)
+        have = sorted(self._in_chat(w, chat_id))
+        if not have:
+            return None
+        message_id = w.rng.choice(have)
+        w.write("message.delete", "DELETE", f"/v1/chats/{q(chat_id)}/messages/{q(message_id)}", None,
+                {message_key(chat_id, message_id): None})
+
+    def delete_chat(self, w: Worker) -> None:
+        """The chat and its messages go; saved memories stay (RV4)."""
+        chats = sorted(w.ledger.items("chat"))
+        if len(chats) < 2:
+            return None
+        chat_id = w.rng.choice(chats)
+        effects: dict[Key, State | None] = {("chat", chat_id): None}
+        effects.update({message_key(chat_id, m): None for m in self._in_chat(w, chat_id)})
+        w.write("chat.delete", "DELETE", f"/v1/chats/{q(chat_id)}", None, effects)
+
+    def rename_chat(self, w: Worker) -> None:
+        """SillyTavern renamed the chat file: messages and memories' provenance follow the new id."""
+        chats = sorted(w.ledger.items("chat"))
+        if not chats:
+            return None
+        old = w.rng.choice(chats)
+        new = f"{w.owner}-Renamed - 2026-12-01@10h00m{w.next_serial():02d}s"
+        effects: dict[Key, State | None] = {("chat", old): None, ("chat", new): w.ledger.confirmed[("chat", old)]}
+        for message_id, state in self._in_chat(w, old).items():
+            effects[message_key(old, message_id)] = None
+            effects[message_key(new, message_id)] = state
+        for memory_id, m in w.ledger.items("memory").items():
+            if m["chat_id"] == old:
+                effects[("memory", memory_id)] = {**m, "chat_id": new}
+        w.write("chat.rename", "POST", f"/v1/chats/{q(old)}/rename", {"new_id": new}, effects)
+
+    def list(self, w: Worker) -> None:
+        chats = sorted(w.ledger.items("chat"))
+        if chats:
+            w.read("messages.list", "GET", f"/v1/chats/{q(w.rng.choice(chats))}/messages")
+
+    def snapshot(self, client: Client) -> dict[str, dict[Key, State]]:
+        out: dict[str, dict[Key, State]] = {}
+        for chat in _get(client, "/v1/chats")["chats"]:
+            page = _get(client, f"/v1/chats/{q(chat['id'])}/messages")
+            assert page["total"] == len(page["messages"]), "one page holds a test chat"
+            for m in page["messages"]:
+                out.setdefault(owner_of_id(chat["id"]), {})[message_key(chat["id"], m["id"])] = message_state(m)
+        return out
+
+
+FAMILIES: list[Family] = [Characters(), Chats(), Memories(), Messages()]
 
 
 def snapshot(client: Client, families: list[Family] | None = None) -> dict[str, dict[Key, State]]:
