@@ -343,3 +343,24 @@ def test_percent_encoded_slash_in_an_id_is_refused_not_redirected_to_another_id(
     assert response.status_code == 404 and "Location" not in response.headers
     assert_schema("error.response", response.get_json())
     assert fingerprint(services) == before
+
+
+@pytest.mark.parametrize("method,path,body", [
+    ("GET", "/v1/chats/{chat}/messages?offset=99999999999999999999", None),
+    ("GET", "/v1/chats/{chat}/messages?limit=5&offset=9223372036854775808", None),
+    ("POST", "/v1/chats/{chat}/messages",
+     b'{"messages": [{"id": "m1", "role": "user", "name": "A", "text": "hi", "index": 18446744073709551616}]}'),
+    ("PATCH", "/v1/memories/{memory}", b'{"actor": "user", "text": "x", "version": 99999999999999999999999999}'),
+])
+def test_integers_beyond_64_bits_are_400_not_500(fuzz_app, method, path, body):
+    """Bug found by the fuzzer: GET …/messages?offset=<20 digits> reached SQLite and failed with
+    OverflowError (500). Integers outside SQLite's 64 bits are now refused at the edge, in query
+    strings and JSON bodies alike."""
+    app, services, memory_ids = fuzz_app
+    chat = quote("Seraphina - 2026-11-29@16h52m03s", safe="")
+    before = fingerprint(services)
+    response = app.test_client().open(path.format(chat=chat, memory=memory_ids[0]), method=method, data=body,
+                                      headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    assert response.status_code == 400, response.get_data(as_text=True)[:300]
+    assert_schema("error.response", response.get_json())
+    assert fingerprint(services) == before

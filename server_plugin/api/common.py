@@ -8,6 +8,7 @@ from flask import current_app, g, request
 
 from ..errors import BadRequest
 from ..schemas import default_schemas
+from ..security import sqlite_int
 from ..services import Services
 
 EXTENSION_KEY = "chronicler"
@@ -34,9 +35,9 @@ def _typed(value: str, spec: dict[str, Any]) -> Any:
         return True if lowered == "true" else False if lowered == "false" else value
     if kind == "integer":
         try:
-            return int(value)
+            return sqlite_int(value)
         except ValueError:
-            return value
+            return value  # left a string: the schema check then says it is not an integer
     return value
 
 
