@@ -6,11 +6,11 @@ Requests are scheduled open-loop (request i is due at start + i/rate, handed to 
 turn) and latency is measured from when a request was DUE, so a slow answer that delays the next
 request shows up in the numbers instead of hiding (no coordinated omission). The mix is a list of
 weighted operations; an operation is a function returning (method, path, body, params). Add
-`POST /v1/context` and message ingestion to OPERATIONS when they land and name them in --mix.
+`POST /v1/context` to OPERATIONS when it lands and name it in --mix.
 
     .venv/bin/python bench/load.py                       # starts its own sidecar, default mix
     .venv/bin/python bench/load.py --rate 40 --seconds 60 --clients 6 \\
-        --mix for_turn=6,memory_create=2,memory_edit=1,memory_list=1
+        --mix for_turn=5,messages_ingest=2,memory_create=2,memory_edit=1,memory_list=1
     .venv/bin/python bench/load.py --url http://127.0.0.1:7711 --token "$(cat ~/.local/share/chronicler/token)"
 """
 
@@ -80,13 +80,24 @@ def op_memory_list(store: Store, rng: random.Random) -> Request:
     return "GET", "/v1/memories", None, {"scope": "global"}
 
 
+def op_messages_ingest(store: Store, rng: random.Random) -> Request:
+    """One new message, as the extension posts it after each send or reply."""
+    n = store.next()
+    user = n % 2 == 0
+    message = {"id": f"load-msg-{n}", "role": "user" if user else "assistant",
+               "name": "You" if user else "Hero", "text": f"Line {n}: the caravan reached the {n % 13}th gate.",
+               "speaker_id": None if user else rng.choice(CAST)}
+    return "POST", f"/v1/chats/{q(CHAT)}/messages", {"messages": [message]}, None
+
+
 OPERATIONS: dict[str, Operation] = {
+    "messages_ingest": op_messages_ingest,
     "for_turn": op_for_turn,
     "memory_create": op_memory_create,
     "memory_edit": op_memory_edit,
     "memory_list": op_memory_list,
 }
-DEFAULT_MIX = "for_turn=7,memory_create=2,memory_edit=1"
+DEFAULT_MIX = "for_turn=6,messages_ingest=2,memory_create=1,memory_edit=1"
 
 
 def parse_mix(text: str) -> list[tuple[str, float]]:
