@@ -2,7 +2,8 @@
 
 One cycle: start the sidecar; workers write (and read) from the moment it answers; SIGKILL it at a
 random moment (60% of the time while the embedding model is still loading, when the workers do
-the writes that need no model; otherwise shortly after it is ready); copy the crashed files and check them
+the writes that need no model; otherwise once a random number of writes that embed text have been
+acknowledged after it is ready, so a busy machine still gets them); copy the crashed files and check them
 (integrity, index orphans, half-written items); restart and reconcile every worker's ledger with
 what the API returns. Used by tests/test_crash.py (20 kills) and bench/crash.py (as many as asked).
 """
@@ -22,12 +23,15 @@ from .ledger import copy_store, store_problems
 from .process import SidecarProcess
 from .workload import Worker, reconcile
 
+MODEL_WRITES = {"memory.create", "memory.edit", "messages.upsert"}
+
 
 @dataclass
 class CrashReport:
     kills: int = 0
     kills_while_loading: int = 0
     acked: Counter = field(default_factory=Counter)          # acknowledged writes by operation
+    statuses: Counter = field(default_factory=Counter)       # every answer by (operation, status)
     in_flight: int = 0                                       # writes cut by a kill
     in_flight_applied: int = 0                               # ... found applied after restart
     problems: list[str] = field(default_factory=list)        # anything lost, half-written or corrupt
@@ -41,7 +45,7 @@ class CrashReport:
 
 
 def run_crash_cycles(workdir: Path, kills: int = 20, workers: int = 3, seed: int | None = None,
-                     loading_share: float = 0.6, after_ready: tuple[float, float] = (0.2, 1.2),
+                     loading_share: float = 0.6, after_ready_writes: tuple[int, int] = (3, 15),
                      log: Callable[[str], None] = lambda _: None) -> CrashReport:
     """Run `kills` crash cycles against one data dir; the report says what (if anything) was lost."""
     seed = random.randrange(1 << 30) if seed is None else seed
@@ -73,7 +77,8 @@ def run_crash_cycles(workdir: Path, kills: int = 20, workers: int = 3, seed: int
             else:
                 side.wait_ready()
                 model_ready.set()
-                time.sleep(rng.uniform(*after_ready))
+                _wait_for_model_writes(team, rng.randint(*after_ready_writes))
+                time.sleep(rng.uniform(0.0, 0.3))
             side.kill()
             stop.set()
             for t in threads:
@@ -96,9 +101,21 @@ def run_crash_cycles(workdir: Path, kills: int = 20, workers: int = 3, seed: int
             w.client.close()
     for w in team:
         report.acked.update(w.ledger.acked)
+        report.statuses.update(w.statuses)
         report.failures += w.failures
     report.seconds = time.monotonic() - started
     return report
+
+
+def _wait_for_model_writes(team: list[Worker], count: int, limit: float = 30.0) -> None:
+    """Until the team has `count` more acknowledged writes that needed the model (or `limit` s)."""
+    def done() -> int:
+        return sum(n for w in team for op, n in w.ledger.acked.items() if op in MODEL_WRITES)
+
+    target = done() + count
+    deadline = time.monotonic() + limit
+    while done() < target and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _watch_model(side: SidecarProcess, ready: threading.Event, stop: threading.Event) -> None:
