@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from flask import Flask
 
-from . import characters, chats, conversation, health, memories
+from . import characters, chats, conversation, health, jobs, memories, notes, summaries
 
-BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp, conversation.bp]
+BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp, conversation.bp, summaries.bp,
+              notes.bp, jobs.bp]
 
 
 def register(app: Flask) -> None:
