@@ -42,6 +42,7 @@ def main() -> int:
     print(f"problems (lost, half-written, corrupt): {len(report.problems)}")
     for problem in report.problems[:50]:
         print("  " + problem)
+    print(f"background jobs at the end: {dict(report.jobs)}")
     print(f"5xx / locked answers: {len(report.failures)}")
     for failure in report.failures[:20]:
         print("  " + failure)

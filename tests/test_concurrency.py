@@ -1,7 +1,7 @@
 """Concurrency (issue 8): eight clients at once over HTTP against a real sidecar process.
 
 Two extension tabs, the memory panel, a background job worker and four more clients write and read
-together for a bounded time (CONCURRENCY_SECONDS, default 4): no "database is locked" and no 5xx
+(while the sidecar's own worker runs summary jobs over a small live window) for a bounded time (CONCURRENCY_SECONDS, default 4): no "database is locked" and no 5xx
 reaches a client, and every acknowledged write is in the store afterwards. Then the two behaviours
 of concurrent edits of one memory (`PATCH /v1/memories/{id}`):
 - with `version`: of two edits of the same version exactly one wins, the other gets 409
@@ -22,17 +22,18 @@ import pytest
 
 from tests.harness.client import Client, q
 from tests.harness.ledger import copy_store, store_problems
-from tests.harness.process import SidecarProcess
+from tests.harness.process import BUSY_JOBS, SidecarProcess
 from tests.harness.workload import Worker, reconcile
 
 SECONDS = float(os.environ.get("CONCURRENCY_SECONDS", "4"))
+MIN_WRITES = 10   # acknowledged writes each caller must get through (the run is extended up to 60 s)
 # Who calls at once in real use, and how read-heavy each is (read weight per family).
 CALLERS = {"tab1": 1.0, "tab2": 1.0, "panel": 3.0, "job": 0.2, "c5": 1.0, "c6": 1.0, "c7": 0.5, "c8": 2.0}
 
 
 @pytest.fixture(scope="module")
 def sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SidecarProcess]:
-    side = SidecarProcess.create(tmp_path_factory.mktemp("concurrency") / "data")
+    side = SidecarProcess.create(tmp_path_factory.mktemp("concurrency") / "data", env=BUSY_JOBS)
     side.start()
     side.wait_ready()
     yield side
@@ -56,6 +57,10 @@ def test_eight_clients_at_once_never_see_locked_or_5xx_and_lose_nothing(sidecar,
     for t in threads:
         t.start()
     time.sleep(SECONDS)
+    # On a busy machine a few seconds may not be enough for every caller to get writes through.
+    deadline = time.monotonic() + 60
+    while min(sum(w.ledger.acked.values()) for w in team) < MIN_WRITES and time.monotonic() < deadline:
+        time.sleep(0.1)
     stop.set()
     for t in threads:
         t.join(60)
@@ -68,7 +73,9 @@ def test_eight_clients_at_once_never_see_locked_or_5xx_and_lose_nothing(sidecar,
     assert all(status < 500 for w in team for (_, status) in w.statuses)
     assert all(w.ledger.pending is None for w in team)
     assert reconcile(team, client) == []
-    assert writes >= len(team) * 5, "every client got writes through"
+    settled = sidecar.wait_jobs_settled()   # the background summary jobs ran alongside, and all finish
+    assert [j for j in settled if j["state"] == "failed"] == []
+    assert all(sum(w.ledger.acked.values()) >= MIN_WRITES for w in team), "every client got writes through"
     assert store_problems(copy_store(sidecar.db_path, tmp_path / "copy")) == []
     for w in team:
         w.client.close()

@@ -34,6 +34,7 @@ def test_rv1_rv4_rv6_rv10_acknowledged_writes_survive_sigkill(tmp_path: Path) ->
     print(f"crash: {report.kills} kills ({report.kills_while_loading} while the model loaded), "
           f"{sum(report.acked.values())} acknowledged writes {dict(report.acked)}, "
           f"{report.in_flight} cut in flight ({report.in_flight_applied} of them applied), "
+          f"jobs {dict(report.jobs)}, "
           f"{report.seconds:.1f} s")
     assert report.kills == KILLS
     assert report.problems == []
@@ -43,6 +44,7 @@ def test_rv1_rv4_rv6_rv10_acknowledged_writes_survive_sigkill(tmp_path: Path) ->
                "character.delete", "chat.put", "turn.rollback", "messages.upsert", "message.delete"):
         assert report.acked[op] > 0, (op, report.acked)
     assert report.in_flight >= KILLS // 2
+    assert report.jobs["done"] > 0 and report.jobs["failed"] == 0, report.jobs
 
 
 def _answer_for(body: dict) -> str:

@@ -92,7 +92,10 @@ def test_route_discovery_finds_the_schemas_of_known_routes():
 @pytest.fixture(scope="module")
 def fuzz_app(tmp_path_factory: pytest.TempPathFactory, embedder) -> Iterator[Any]:
     data = tmp_path_factory.mktemp("fuzz") / "data"
-    cfg = load_settings({"data_dir": str(data), "token": TOKEN, "sqlite_synchronous": "NORMAL"}, environ={})
+    # No background worker: a job finishing between the two fingerprints would look like a
+    # refused request that changed the store.
+    cfg = load_settings({"data_dir": str(data), "token": TOKEN, "sqlite_synchronous": "NORMAL",
+                         "worker_enabled": False}, environ={})
     services = build_services(cfg, embedder=embedder)
     app = create_app(cfg, services=services)
     client = app.test_client()

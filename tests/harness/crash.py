@@ -5,7 +5,8 @@ random moment (60% of the time while the embedding model is still loading, when 
 the writes that need no model; otherwise once a random number of writes that embed text have been
 acknowledged after it is ready, so a busy machine still gets them); copy the crashed files and check them
 (integrity, index orphans, half-written items); restart and reconcile every worker's ledger with
-what the API returns. Used by tests/test_crash.py (20 kills) and bench/crash.py (as many as asked).
+what the API returns. A small live window keeps background summary jobs running throughout; at the
+end every job must have finished (none failed, none stuck). Used by tests/test_crash.py (20 kills) and bench/crash.py (as many as asked).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Callable
 
 from .client import Client
 from .ledger import copy_store, store_problems
-from .process import SidecarProcess
+from .process import BUSY_JOBS, SidecarProcess
 from .workload import Worker, reconcile
 
 MODEL_WRITES = {"memory.create", "memory.edit", "messages.upsert"}
@@ -32,6 +33,7 @@ class CrashReport:
     kills_while_loading: int = 0
     acked: Counter = field(default_factory=Counter)          # acknowledged writes by operation
     statuses: Counter = field(default_factory=Counter)       # every answer by (operation, status)
+    jobs: Counter = field(default_factory=Counter)           # background jobs by final state
     in_flight: int = 0                                       # writes cut by a kill
     in_flight_applied: int = 0                               # ... found applied after restart
     problems: list[str] = field(default_factory=list)        # anything lost, half-written or corrupt
@@ -53,7 +55,7 @@ def run_crash_cycles(workdir: Path, kills: int = 20, workers: int = 3, seed: int
     log(f"crash seed {seed}")
     report = CrashReport()
     started = time.monotonic()
-    side = SidecarProcess.create(workdir / "data")
+    side = SidecarProcess.create(workdir / "data", env=BUSY_JOBS)
     model_ready = threading.Event()
     team = [Worker(f"w{i}", Client(side.url, side.token), seed=rng.randrange(1 << 30),
                    model_ready=model_ready) for i in range(workers)]
@@ -92,6 +94,10 @@ def run_crash_cycles(workdir: Path, kills: int = 20, workers: int = 3, seed: int
                 f"acked so far {sum(sum(w.ledger.acked.values()) for w in team)}")
         side.start()
         report.problems += _reconcile(team, side, report)
+        # Background jobs cut by the kills resume: all of them finish, none fails.
+        settled = side.wait_jobs_settled()
+        report.jobs = Counter(j["state"] for j in settled)
+        report.problems += [f"job {j['kind']} failed: {j['error']}" for j in settled if j["state"] == "failed"]
         side.stop()
         copy = copy_store(side.db_path, workdir / "final")
         report.problems += [f"final: {p}" for p in store_problems(copy)]

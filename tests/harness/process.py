@@ -19,6 +19,11 @@ from tests.e2e.st import free_port
 
 DB_FILE = "chronicler.sqlite3"  # the `db_file` setting's default
 
+# A small live window, so background summary jobs (extractive mode: no model) run while the
+# clients write; deep memory stays off (its memories belong to no worker's ledger).
+BUSY_JOBS = {"CHRONICLER_LIVE_WINDOW_MAX_MESSAGES": "6", "CHRONICLER_SUMMARY_CHUNK_MESSAGES": "2",
+             "CHRONICLER_DEEP_MEMORY_MIN_NEW_MESSAGES": "1000000"}
+
 
 @dataclass
 class SidecarProcess(Sidecar):
@@ -26,9 +31,26 @@ class SidecarProcess(Sidecar):
 
     @classmethod
     def create(cls, data_dir: Path, origins: list[str] | None = None,
-               token: str = "fault-token-0123456789") -> "SidecarProcess":
+               token: str = "fault-token-0123456789", env: dict[str, str] | None = None) -> "SidecarProcess":
         return cls(data_dir=Path(data_dir), origins=origins or ["http://127.0.0.1:8000"],
-                   port=free_port(), token=token)
+                   port=free_port(), token=token, env=dict(env or {}))
+
+    def jobs(self) -> list[dict]:
+        status, body = self.request("GET", "/v1/jobs")
+        assert status == 200, body
+        return body["jobs"]
+
+    def wait_jobs_settled(self, timeout: float = 120.0) -> list[dict]:
+        """Until no job is pending or running; returns the jobs (raises after `timeout`)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            jobs = self.jobs()
+            if all(j["state"] in ("done", "failed") for j in jobs):
+                return jobs
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"jobs still live after {timeout}s: "
+                                   f"{[(j['kind'], j['state']) for j in jobs if j['state'] not in ('done', 'failed')]}")
+            time.sleep(0.2)
 
     @property
     def db_path(self) -> Path:

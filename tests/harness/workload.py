@@ -407,7 +407,7 @@ class Messages(Family):
     kind = "message"
 
     def writes(self) -> list[tuple[float, Op]]:
-        return [(3.0, self.upsert), (0.6, self.delete), (0.15, self.delete_chat), (0.15, self.rename_chat)]
+        return [(3.0, self.upsert), (0.6, self.delete), (0.05, self.delete_chat), (0.1, self.rename_chat)]
 
     def reads(self) -> list[tuple[float, Op]]:
         return [(0.5, self.list)]
