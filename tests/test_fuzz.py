@@ -29,7 +29,7 @@ from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import TOKEN, assert_schema
+from tests.conftest import TOKEN, assert_schema
 from server_plugin import api
 from server_plugin.app import build_services, create_app
 from server_plugin.settings import load_settings
