@@ -436,7 +436,9 @@ class Messages(Family):
         for _ in range(w.rng.randint(1, 3) if len(have) < MESSAGES_CAP else 0):
             n = w.next_serial()
             user = w.rng.random() < 0.5 or not cast
-            turn_id = None if user else f"{w.owner}-turn {w.rng.randint(1, TURNS)}"
+            # Replies get their own turn ids: the rollbacks of the memory family (turns 1..TURNS)
+            # would otherwise also cancel the summary jobs these messages start.
+            turn_id = None if user else f"{w.owner}-reply {n}"
             speaker = None if user else w.rng.choice(cast)
             message = {"id": f"{w.owner}-msg {n}", "role": "user" if user else "assistant",
                        "name": "You" if user else "Hero", "text": f"Line {n}: {w.rng.choice(PHRASES)}",
