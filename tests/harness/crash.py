@@ -5,8 +5,9 @@ random moment (60% of the time while the embedding model is still loading, when 
 the writes that need no model; otherwise once a random number of writes that embed text have been
 acknowledged after it is ready, so a busy machine still gets them); copy the crashed files and check them
 (integrity, index orphans, half-written items); restart and reconcile every worker's ledger with
-what the API returns. A small live window keeps background summary jobs running throughout; at the
-end every job must have finished (none failed, none stuck). Used by tests/test_crash.py (20 kills) and bench/crash.py (as many as asked).
+what the API returns. A small live window and a "scribe" worker that only adds messages keep
+background summary jobs running throughout; at the end every job must have finished (none failed,
+none stuck). Used by tests/test_crash.py (20 kills) and bench/crash.py (as many as asked).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Callable
 from .client import Client
 from .ledger import copy_store, store_problems
 from .process import BUSY_JOBS, SidecarProcess
-from .workload import Worker, reconcile
+from .workload import SCRIBE_FAMILIES, Worker, reconcile
 
 MODEL_WRITES = {"memory.create", "memory.edit", "messages.upsert"}
 
@@ -59,6 +60,8 @@ def run_crash_cycles(workdir: Path, kills: int = 20, workers: int = 3, seed: int
     model_ready = threading.Event()
     team = [Worker(f"w{i}", Client(side.url, side.token), seed=rng.randrange(1 << 30),
                    model_ready=model_ready) for i in range(workers)]
+    team.append(Worker("scribe", Client(side.url, side.token), families=SCRIBE_FAMILIES,
+                       seed=rng.randrange(1 << 30), model_ready=model_ready))
     try:
         for cycle in range(kills):
             t0 = time.monotonic()

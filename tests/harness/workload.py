@@ -406,7 +406,13 @@ def message_state(m: dict) -> State:
 class Messages(Family):
     kind = "message"
 
+    def __init__(self, destructive: bool = True) -> None:
+        # A non-destructive family only adds and edits: its chats grow long enough for compaction.
+        self.destructive = destructive
+
     def writes(self) -> list[tuple[float, Op]]:
+        if not self.destructive:
+            return [(3.0, self.upsert)]
         return [(3.0, self.upsert), (0.6, self.delete), (0.05, self.delete_chat), (0.1, self.rename_chat)]
 
     def reads(self) -> list[tuple[float, Op]]:
@@ -503,6 +509,8 @@ class Messages(Family):
 
 
 FAMILIES: list[Family] = [Characters(), Chats(), Memories(), Messages()]
+# A caller that only writes the transcript (a long chat that keeps background jobs busy).
+SCRIBE_FAMILIES: list[Family] = [Characters(), Chats(), Messages(destructive=False)]
 
 
 def snapshot(client: Client, families: list[Family] | None = None) -> dict[str, dict[Key, State]]:
