@@ -87,7 +87,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
     # there). Without merging, such a path matches no route: 404 in the envelope.
     app.url_map.merge_slashes = False
     app.config["MAX_CONTENT_LENGTH"] = max(settings.max_body_bytes, settings.max_import_bytes,
-                                           settings.max_messages_body_bytes)
+                                            settings.max_messages_body_bytes)
     app.json.sort_keys = False
     app.extensions[EXTENSION_KEY] = services
     guard = Guard(settings, token)
