@@ -135,7 +135,13 @@ CONVERSATION = [
     _s("jobs_list_max", int, 500, "Most jobs GET /v1/jobs returns.", 1),
 ]
 
-ALL_SETTINGS: list[Setting] = SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES + CONVERSATION
+DRAFTS = [
+    # A person waits on the panel's dialog for these (RV9c, RV9d): short timeout, no retries.
+    _s("drafts_timeout_seconds", float, 60.0, "Longest wait for the model when a person asks for memory drafts; then the drafts come from the text itself.", 1),
+    _s("drafts_retries", int, 0, "Retries of the model call for memory drafts.", 0),
+]
+
+ALL_SETTINGS: list[Setting] = SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES + CONVERSATION + DRAFTS
 TABLE: dict[str, Setting] = {s.name: s for s in ALL_SETTINGS}
 
 
