@@ -48,10 +48,12 @@ class Sidecar:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 120.0) -> "Sidecar":
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CHRONICLER_")}
+        env = dict(os.environ)  # CHRONICLER_* set by a test (monkeypatch.setenv) reach the process
         env.update({"HF_HUB_OFFLINE": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
         if self.configure_by_env:
             env.update({"CHRONICLER_TOKEN": self.token, "CHRONICLER_ORIGINS": ",".join(self.origins)})
+        else:
+            env = {k: v for k, v in env.items() if not k.startswith("CHRONICLER_")}
         env.update(self.env)
         cmd = [sys.executable, "-m", "server_plugin.cli", "serve", "--port", str(self.port),
                "--data-dir", str(self.data_dir)]
