@@ -184,7 +184,7 @@ export async function readSessionSummary(deps, args) {
     if (!Number.isInteger(n) || n < 1) throw new ToolRefusal('Sessions are numbered 1, 2, 3…; give one of those numbers.');
     let answer;
     try {
-        answer = await deps.getClient().session(who.chatId, n);
+        answer = await deps.getClient().getSession(who.chatId, n);
     } catch (error) {
         if (error?.status === 404) throw new ToolRefusal(`There is no session ${n} in this chat.`);
         throw error;

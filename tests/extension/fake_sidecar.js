@@ -160,7 +160,7 @@ export class FakeSidecar {
         this.record('search', body);
         return { results: this.searchResults.slice(0, body.k) };
     }
-    async session(chatId, n) {
+    async getSession(chatId, n) {
         this.record('session', chatId, n);
         const found = (this.sessionsByChat.get(chatId) ?? []).find(s => s.n === n);
         if (!found) throw new SidecarError({ status: 404, code: 'session_not_found', message: 'no session' });
