@@ -26,17 +26,17 @@ run: setup
 
 # Everything: the sidecar's pytest suite, the extension's node tests, and the end-to-end tests in
 # real SillyTavern + Chromium (skipped with the reason when Chromium or Node is missing, except under CI).
-test: setup node_modules/.installed test-node
-	$(PY) -m pytest -q
+# Two pytest runs: tests/ and tests/e2e/ each have their own conftest.py (imported by name).
+test: setup node_modules/.installed test-node test-python test-e2e
 
 test-python: setup
-	$(PY) -m pytest -q -m "not e2e"
+	$(PY) -m pytest -q tests --ignore=tests/e2e
 
 test-node: node_modules/.installed
 	@if command -v node >/dev/null; then node --test tests/extension/; fi
 
 test-e2e: setup
-	$(PY) -m pytest -q -m e2e tests/e2e
+	$(PY) -m pytest -q tests/e2e
 
 bench: setup
 	$(PY) bench/for_turn.py
