@@ -1,4 +1,4 @@
-"""The `chronicler` command: serve, backup (and, as the product grows, install-extension, import-chat)."""
+"""The `chronicler` command: serve, backup, export, import, import-chat."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO, Any, Sequence
 
 # Before numpy/torch load anywhere: one BLAS thread (two pools on two cores double query latency).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -93,6 +93,83 @@ def backup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _offline_store(data_dir: str | None, create: bool) -> tuple[Any, Any, IO[str]]:
+    """Settings, the open (migrated when `create`) database and the data folder's lock, for the
+    commands that work on the store without a running sidecar. Raises AlreadyRunning."""
+    from .db import Database
+    from .migrations import migrate
+
+    settings = load_settings({"data_dir": data_dir})
+    db_path = settings.data_path / settings.db_file
+    if not create and not db_path.is_file():
+        raise FileNotFoundError(f"There is no Chronicler database at {db_path}.")
+    lock = lock_data_dir(settings.data_path)
+    db = Database(db_path, settings.busy_timeout_ms, settings.sqlite_synchronous,
+                  settings.max_page_count)
+    if create:
+        migrate(db)
+    return settings, db, lock
+
+
+def export_cmd(args: argparse.Namespace) -> int:
+    """Write the whole store as one JSON document (offline: holds the data folder's lock)."""
+    from . import portable
+
+    try:
+        _, db, lock = _offline_store(args.data_dir, create=False)
+    except (AlreadyRunning, FileNotFoundError) as exc:
+        print(f"chronicler: {exc}", file=sys.stderr)
+        return 3 if isinstance(exc, AlreadyRunning) else 1
+    try:
+        document = portable.export_store(db)
+        size = portable.write_file(document, Path(args.out).expanduser().resolve())
+    finally:
+        db.close()
+        lock.close()
+    counts = {name: len(t["rows"]) for name, t in document["tables"].items() if t["rows"]}
+    print(f"Exported to {args.out} ({size} bytes, format {portable.FORMAT} v{portable.FORMAT_VERSION},"
+          f" migrations {document['migrations']}): "
+          + ", ".join(f"{n} {name}" for name, n in sorted(counts.items())))
+    return 0
+
+
+def import_cmd(args: argparse.Namespace) -> int:
+    """Load an export into the store: all of it in one transaction, or nothing (offline)."""
+    import json
+
+    from . import portable
+    from .errors import ChroniclerError
+
+    if args.replace and not args.yes:
+        print("chronicler: --replace deletes everything in the store first; add --yes to confirm.",
+              file=sys.stderr)
+        return 2
+    try:
+        document = json.loads(Path(args.file).expanduser().read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"chronicler: cannot read {args.file}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        _, db, lock = _offline_store(args.data_dir, create=True)
+    except AlreadyRunning as exc:
+        print(f"chronicler: {exc} (or import over HTTP: POST /v1/import)", file=sys.stderr)
+        return 3
+    try:
+        result = portable.import_store(db, document, "replace" if args.replace else "empty",
+                                       confirm_replace=bool(args.replace and args.yes))
+    except ChroniclerError as exc:
+        print(f"chronicler: {exc.message}", file=sys.stderr)
+        for detail in exc.details[:10]:
+            print(f"  {detail}", file=sys.stderr)
+        return 1
+    finally:
+        db.close()
+        lock.close()
+    print("Imported: " + ", ".join(f"{n} {name}" for name, n in sorted(result["imported"].items()) if n)
+          + (f" (replaced: {result['replaced']})" if result["replaced"] else ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chronicler", description="Long-campaign memory for SillyTavern.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -105,6 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
     p_backup.add_argument("--data-dir", help="data folder (default: the user data folder)")
     p_backup.add_argument("--out", help="backup file (default: DATA_DIR/backups/chronicler-<time>.sqlite3)")
     p_backup.set_defaults(func=backup)
+    p_export = sub.add_parser("export", help="write the whole store as one JSON document (sidecar stopped)")
+    p_export.add_argument("--data-dir", help="data folder (default: the user data folder)")
+    p_export.add_argument("--out", required=True, help="file to write (mode 0600)")
+    p_export.set_defaults(func=export_cmd)
+    p_import = sub.add_parser("import", help="load an export into the store (sidecar stopped)")
+    p_import.add_argument("file", help="a file written by `chronicler export` or GET /v1/export")
+    p_import.add_argument("--data-dir", help="data folder (default: the user data folder)")
+    p_import.add_argument("--replace", action="store_true", help="delete everything in the store first")
+    p_import.add_argument("--yes", action="store_true", help="confirm --replace")
+    p_import.set_defaults(func=import_cmd)
     return parser
 
 
