@@ -170,6 +170,51 @@ def import_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def import_chat(args: argparse.Namespace) -> int:
+    """Feed a SillyTavern chat file through the pipeline: offline on the data folder (its lock
+    held, jobs run here), or into a running sidecar with --url/--token. Resumable: a rerun skips
+    what is stored."""
+    from . import backfill
+
+    try:
+        chat = backfill.read_chat_file(Path(args.file).expanduser())
+    except (OSError, backfill.ChatFileError) as exc:
+        print(f"chronicler: {exc}", file=sys.stderr)
+        return 1
+    plan = backfill.plan(chat, args.chat_id, args.character_id or [], args.user_id)
+    for name, guess in plan.guessed.items():
+        print(f"note: {name!r} has no --character-id and no original_avatar; using {guess!r}",
+              file=sys.stderr)
+    progress = not args.no_progress
+    if args.url:
+        token = args.token or os.environ.get("CHRONICLER_TOKEN", "")
+        if not token:
+            print("chronicler: --url needs --token (or CHRONICLER_TOKEN)", file=sys.stderr)
+            return 2
+        report = backfill.run(plan, backfill.HttpSink(args.url, token), args.batch_size, progress,
+                              args.wait)
+    else:
+        from .app import build_services
+
+        settings = load_settings({"data_dir": args.data_dir, "worker_enabled": False})
+        try:
+            lock = lock_data_dir(settings.data_path)
+        except AlreadyRunning as exc:
+            print(f"chronicler: {exc} (or import into it over HTTP: --url, --token)", file=sys.stderr)
+            return 3
+        svc = build_services(settings)
+        try:
+            svc.embedder.wait(float(settings.embedder_wait_seconds))
+            report = backfill.run(plan, backfill.LocalSink(svc), args.batch_size, progress)
+        finally:
+            svc.db.close()
+            lock.close()
+    print(f"Imported {plan.chat_id!r}: {report.inserted} new messages ({report.already} were already "
+          f"stored, {plan.skipped_hidden} hidden skipped, {report.total} in all), {report.jobs_run} "
+          f"jobs run here, {report.jobs_left} left, {report.seconds:.1f} s.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chronicler", description="Long-campaign memory for SillyTavern.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -192,6 +237,19 @@ def build_parser() -> argparse.ArgumentParser:
     p_import.add_argument("--replace", action="store_true", help="delete everything in the store first")
     p_import.add_argument("--yes", action="store_true", help="confirm --replace")
     p_import.set_defaults(func=import_cmd)
+    p_chat = sub.add_parser("import-chat", help="backfill a SillyTavern chat file (.jsonl), resumable")
+    p_chat.add_argument("file", help="the chat file (SillyTavern's data/<user>/chats/... .jsonl)")
+    p_chat.add_argument("--chat-id", required=True, help="SillyTavern's chat id (the file name without .jsonl)")
+    p_chat.add_argument("--character-id", action="append", metavar="[NAME=]ID",
+                        help="the avatar file name of the chat's character, or NAME=ID per speaker (repeatable)")
+    p_chat.add_argument("--user-id", help="register the persona as a player character with this id")
+    p_chat.add_argument("--data-dir", help="offline: the data folder (the sidecar must be stopped)")
+    p_chat.add_argument("--url", help="online: a running sidecar, e.g. http://127.0.0.1:7711")
+    p_chat.add_argument("--token", help="its bearer token (default: CHRONICLER_TOKEN)")
+    p_chat.add_argument("--batch-size", type=int, default=100, help="messages per request/transaction")
+    p_chat.add_argument("--wait", type=float, default=600.0, help="online: seconds to wait for its jobs")
+    p_chat.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p_chat.set_defaults(func=import_chat)
     return parser
 
 
