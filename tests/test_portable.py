@@ -310,3 +310,86 @@ def test_cli_refuses_while_a_sidecar_holds_the_store(filled, settings, tmp_path,
         assert not (tmp_path / "x.json").exists()
     finally:
         lock.close()
+
+
+# --- SIGKILL while an import is being written --------------------------------------------------
+def grown(document: dict, extra: int) -> dict:
+    """The document with `extra` more global memories, each with its index entry and a vector."""
+    import base64
+    import struct
+
+    big = copy.deepcopy(document)
+    tables = big["tables"]
+
+    def add(name: str, values: dict[str, Any]) -> None:
+        tables[name]["rows"].append([values.get(c) for c in tables[name]["columns"]])
+
+    next_doc = 1 + max((r[0] for r in tables["docs"]["rows"]), default=0)
+    for n in range(extra):
+        memory_id = f"m_import_{n:05d}"
+        text = f"Imported fact {n}: the tower has {n} bells."
+        add("memories", {"id": memory_id, "text": text, "scope": "global", "pinned": 0, "archived": 1,
+                         "actor": "user", "source_message_ids": "[]", "created_at": "2026-03-01T12:00:00.000000Z",
+                         "updated_at": "2026-03-01T12:00:00.000000Z", "version": 1})
+        doc = next_doc + n
+        add("docs", {"id": doc, "kind": "memory", "ref_id": memory_id, "text": text,
+                     "created_at": "2026-03-01T12:00:00.000000Z"})
+        add("docs_fts", {"rowid": doc, "text": text})
+        vector = struct.pack("<384f", *([0.0] * (n % 384) + [1.0] + [0.0] * (383 - n % 384)))
+        add("docs_vec", {"rowid": doc, "embedding": {"base64": base64.b64encode(vector).decode()}})
+    for name in ("memories", "docs", "docs_fts", "docs_vec"):  # the export's order: by key
+        tables[name]["rows"].sort(key=lambda r: r[0])
+    return big
+
+
+def test_sigkill_during_an_import_leaves_the_old_store_or_the_new_one(tmp_path):
+    """The sidecar is killed (SIGKILL) at different moments while a 'replace' import of ~4,000
+    rows is in flight; after each restart the store is exactly the old one or exactly the
+    document, never a mix, and passes every check."""
+    import threading
+    import time
+
+    import requests
+
+    from tests.harness.process import SidecarProcess
+
+    side = SidecarProcess.create(tmp_path / "data")
+    side.start()
+    try:
+        side.wait_ready()
+        for i in range(3):
+            assert side.request("POST", "/v1/memories", {"text": f"Old fact {i}.", "scope": "global",
+                                                          "actor": "user"})[0] == 201
+        before = requests.get(side.url + "/v1/export", headers={"Authorization": f"Bearer {side.token}"},
+                              timeout=30).json()
+        big = grown(before, 1000)
+        body = json.dumps({"document": big, "mode": "replace", "confirm_replace": True})
+        outcomes = []
+        for delay in (0.2, 0.5, 0.8, 1.2, 1.6, 2.5):
+            def send() -> None:
+                try:
+                    requests.post(side.url + "/v1/import", data=body, timeout=60, headers={
+                        "Authorization": f"Bearer {side.token}", "Content-Type": "application/json"})
+                except requests.RequestException:
+                    pass  # the process was killed under it
+
+            sender = threading.Thread(target=send)
+            sender.start()
+            time.sleep(delay)
+            side.kill()
+            sender.join(30)
+            assert store_problems(side.db_path) == []
+            side.start()
+            current = requests.get(side.url + "/v1/export", timeout=30,
+                                   headers={"Authorization": f"Bearer {side.token}"}).json()
+            same_as = [name for name, doc in (("old", before), ("new", big))
+                       if portable.canonical(current) == portable.canonical(doc)]
+            assert len(same_as) == 1, f"after a kill at {delay}s the store is neither the old nor the new one"
+            outcomes.append(same_as[0])
+            if same_as == ["new"]:  # back to the old store for the next round
+                status, _ = side.request("POST", "/v1/import", {"document": before, "mode": "replace",
+                                                                "confirm_replace": True})
+                assert status == 200
+        print(f"kills during import: {len(outcomes)}, outcomes {outcomes}")
+    finally:
+        side.stop()
