@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -82,9 +83,14 @@ def _shadow_names(conn: Connection, virtual: list[str]) -> set[str]:
     return listed | {n for n in names for v in virtual if n.startswith(v + "_")}
 
 
-def _describe(conn: Connection, name: str, virtual: bool) -> Table:
+def _describe(conn: Connection, name: str, virtual: bool, sql: str = "") -> Table:
     info = conn.execute(f"PRAGMA table_xinfo({_quote(name)})").fetchall()
     if virtual:
+        if re.search(r"\bcontent\s*=", sql, re.I):
+            # A contentless or external-content FTS table returns no text to export: it would
+            # need a rebuild rule here, and silently exporting NULLs would lose the index.
+            raise RuntimeError(f"{name}: FTS tables with content= are not exportable as rows; "
+                               "give portable.py a rebuild rule for it")
         # Hidden columns (fts5's rank, vec0's distance and k) are not data; the rowid is.
         columns = ("rowid",) + tuple(r[1] for r in info if not r[6] and r[1] != "rowid")
         return Table(name, columns, True, ("rowid",))
@@ -105,7 +111,7 @@ def tables(conn: Connection) -> list[Table]:
     rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type='table' ORDER BY name").fetchall()
     virtual = [r[0] for r in rows if (r[1] or "").upper().startswith("CREATE VIRTUAL")]
     skip = _shadow_names(conn, virtual) | {"schema_migrations"}
-    return [_describe(conn, r[0], r[0] in virtual) for r in rows
+    return [_describe(conn, r[0], r[0] in virtual, r[1] or "") for r in rows
             if r[0] not in skip and not r[0].startswith("sqlite_")]
 
 
