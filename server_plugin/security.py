@@ -17,7 +17,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, g, request
+from flask import Flask, current_app, g, request
 
 from .errors import BadRequest, Forbidden, PayloadTooLarge, Unauthorized, UnsupportedMediaType
 from .settings import Settings
@@ -195,7 +195,10 @@ def install(app: Flask, guard: Guard) -> None:
         guard.check_host()
         guard.check_origin()
         if request.method == "OPTIONS":
-            return  # a preflight: flask-cors answers it for allowed origins
+            # A preflight from an allowed origin: answer it here, even for a path no route (or no
+            # route with that method) serves, so the browser then sends the real request and reads
+            # our JSON 404/405 instead of failing as a network error. flask-cors adds its headers.
+            return current_app.make_default_options_response()
         if request.path not in PUBLIC_PATHS:
             guard.check_token()
         if request.method in BODY_METHODS:
