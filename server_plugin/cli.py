@@ -1,4 +1,4 @@
-"""The `chronicler` command: serve, backup (and, as the product grows, install-extension, import-chat)."""
+"""The `chronicler` command: serve, backup, export, import, import-chat."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO, Any, Sequence
 
 # Before numpy/torch load anywhere: one BLAS thread (two pools on two cores double query latency).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -121,6 +121,128 @@ def backup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _offline_store(data_dir: str | None, create: bool) -> tuple[Any, Any, IO[str]]:
+    """Settings, the open (migrated when `create`) database and the data folder's lock, for the
+    commands that work on the store without a running sidecar. Raises AlreadyRunning."""
+    from .db import Database
+    from .migrations import migrate
+
+    settings = load_settings({"data_dir": data_dir})
+    db_path = settings.data_path / settings.db_file
+    if not create and not db_path.is_file():
+        raise FileNotFoundError(f"There is no Chronicler database at {db_path}.")
+    lock = lock_data_dir(settings.data_path)
+    db = Database(db_path, settings.busy_timeout_ms, settings.sqlite_synchronous,
+                  settings.max_page_count)
+    if create:
+        migrate(db)
+    return settings, db, lock
+
+
+def export_cmd(args: argparse.Namespace) -> int:
+    """Write the whole store as one JSON document (offline: holds the data folder's lock)."""
+    from . import portable
+
+    try:
+        _, db, lock = _offline_store(args.data_dir, create=False)
+    except (AlreadyRunning, FileNotFoundError) as exc:
+        print(f"chronicler: {exc}", file=sys.stderr)
+        return 3 if isinstance(exc, AlreadyRunning) else 1
+    try:
+        document = portable.export_store(db)
+        size = portable.write_file(document, Path(args.out).expanduser().resolve())
+    finally:
+        db.close()
+        lock.close()
+    counts = {name: len(t["rows"]) for name, t in document["tables"].items() if t["rows"]}
+    print(f"Exported to {args.out} ({size} bytes, format {portable.FORMAT} v{portable.FORMAT_VERSION},"
+          f" migrations {document['migrations']}): "
+          + ", ".join(f"{n} {name}" for name, n in sorted(counts.items())))
+    return 0
+
+
+def import_cmd(args: argparse.Namespace) -> int:
+    """Load an export into the store: all of it in one transaction, or nothing (offline)."""
+    import json
+
+    from . import portable
+    from .errors import ChroniclerError
+
+    if args.replace and not args.yes:
+        print("chronicler: --replace deletes everything in the store first; add --yes to confirm.",
+              file=sys.stderr)
+        return 2
+    try:
+        document = json.loads(Path(args.file).expanduser().read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"chronicler: cannot read {args.file}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        _, db, lock = _offline_store(args.data_dir, create=True)
+    except AlreadyRunning as exc:
+        print(f"chronicler: {exc} (or import over HTTP: POST /v1/import)", file=sys.stderr)
+        return 3
+    try:
+        result = portable.import_store(db, document, "replace" if args.replace else "empty",
+                                       confirm_replace=bool(args.replace and args.yes))
+    except ChroniclerError as exc:
+        print(f"chronicler: {exc.message}", file=sys.stderr)
+        for detail in exc.details[:10]:
+            print(f"  {detail}", file=sys.stderr)
+        return 1
+    finally:
+        db.close()
+        lock.close()
+    print("Imported: " + ", ".join(f"{n} {name}" for name, n in sorted(result["imported"].items()) if n)
+          + (f" (replaced: {result['replaced']})" if result["replaced"] else ""))
+    return 0
+
+
+def import_chat(args: argparse.Namespace) -> int:
+    """Feed a SillyTavern chat file through the pipeline: offline on the data folder (its lock
+    held, jobs run here), or into a running sidecar with --url/--token. Resumable: a rerun skips
+    what is stored."""
+    from . import backfill
+
+    try:
+        chat = backfill.read_chat_file(Path(args.file).expanduser())
+    except (OSError, backfill.ChatFileError) as exc:
+        print(f"chronicler: {exc}", file=sys.stderr)
+        return 1
+    plan = backfill.plan(chat, args.chat_id, args.character_id or [], args.user_id)
+    for name, guess in plan.guessed.items():
+        print(f"note: {name!r} has no --character-id and no original_avatar; using {guess!r}",
+              file=sys.stderr)
+    progress = not args.no_progress
+    if args.url:
+        token = args.token or os.environ.get("CHRONICLER_TOKEN", "")
+        if not token:
+            print("chronicler: --url needs --token (or CHRONICLER_TOKEN)", file=sys.stderr)
+            return 2
+        report = backfill.run(plan, backfill.HttpSink(args.url, token), args.batch_size, progress,
+                              args.wait)
+    else:
+        from .app import build_services
+
+        settings = load_settings({"data_dir": args.data_dir, "worker_enabled": False})
+        try:
+            lock = lock_data_dir(settings.data_path)
+        except AlreadyRunning as exc:
+            print(f"chronicler: {exc} (or import into it over HTTP: --url, --token)", file=sys.stderr)
+            return 3
+        svc = build_services(settings)
+        try:
+            svc.embedder.wait(float(settings.embedder_wait_seconds))
+            report = backfill.run(plan, backfill.LocalSink(svc), args.batch_size, progress)
+        finally:
+            svc.db.close()
+            lock.close()
+    print(f"Imported {plan.chat_id!r}: {report.inserted} new messages ({report.already} were already "
+          f"stored, {plan.skipped_hidden} hidden skipped, {report.total} in all), {report.jobs_run} "
+          f"jobs run here, {report.jobs_left} left, {report.seconds:.1f} s.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chronicler", description="Long-campaign memory for SillyTavern.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -145,6 +267,29 @@ def build_parser() -> argparse.ArgumentParser:
     p_backup.add_argument("--data-dir", help="data folder (default: the user data folder)")
     p_backup.add_argument("--out", help="backup file (default: DATA_DIR/backups/chronicler-<time>.sqlite3)")
     p_backup.set_defaults(func=backup)
+    p_export = sub.add_parser("export", help="write the whole store as one JSON document (sidecar stopped)")
+    p_export.add_argument("--data-dir", help="data folder (default: the user data folder)")
+    p_export.add_argument("--out", required=True, help="file to write (mode 0600)")
+    p_export.set_defaults(func=export_cmd)
+    p_import = sub.add_parser("import", help="load an export into the store (sidecar stopped)")
+    p_import.add_argument("file", help="a file written by `chronicler export` or GET /v1/export")
+    p_import.add_argument("--data-dir", help="data folder (default: the user data folder)")
+    p_import.add_argument("--replace", action="store_true", help="delete everything in the store first")
+    p_import.add_argument("--yes", action="store_true", help="confirm --replace")
+    p_import.set_defaults(func=import_cmd)
+    p_chat = sub.add_parser("import-chat", help="backfill a SillyTavern chat file (.jsonl), resumable")
+    p_chat.add_argument("file", help="the chat file (SillyTavern's data/<user>/chats/... .jsonl)")
+    p_chat.add_argument("--chat-id", required=True, help="SillyTavern's chat id (the file name without .jsonl)")
+    p_chat.add_argument("--character-id", action="append", metavar="[NAME=]ID",
+                        help="the avatar file name of the chat's character, or NAME=ID per speaker (repeatable)")
+    p_chat.add_argument("--user-id", help="register the persona as a player character with this id")
+    p_chat.add_argument("--data-dir", help="offline: the data folder (the sidecar must be stopped)")
+    p_chat.add_argument("--url", help="online: a running sidecar, e.g. http://127.0.0.1:7711")
+    p_chat.add_argument("--token", help="its bearer token (default: CHRONICLER_TOKEN)")
+    p_chat.add_argument("--batch-size", type=int, default=100, help="messages per request/transaction")
+    p_chat.add_argument("--wait", type=float, default=600.0, help="online: seconds to wait for its jobs")
+    p_chat.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p_chat.set_defaults(func=import_chat)
     return parser
 
 

@@ -39,6 +39,10 @@ class Services:
             cache.popitem(last=False)
         return value
 
+    def clear_caches(self) -> None:
+        """Forget every cached value (after the store was replaced underneath them: an import)."""
+        self._caches.clear()
+
     def embed_wait(self) -> float:
         """Seconds a write may wait for the embedding model to finish loading."""
         return float(self.settings.embedder_wait_seconds)

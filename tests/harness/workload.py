@@ -69,6 +69,8 @@ class Worker:
     def weighted_ops(self) -> list[tuple[float, Op]]:
         ops: list[tuple[float, Op]] = []
         for family in self.families:
+            if not family.available(self.client):
+                continue
             ops.extend(family.writes())
             ops.extend((w * self.read_weight, op) for w, op in family.reads())
         if self.model_ready is not None and not self.model_ready.is_set():
@@ -96,12 +98,12 @@ class Worker:
     def _note(self, op: str, method: str, path: str, status: int, body: Any) -> None:
         self.statuses[(op, status)] += 1
         text = str(body)
-        if status >= 500 or "locked" in text.lower():
+        if status >= 500 or "database is locked" in text.lower():
             self.failures.append(f"{method} {path} -> {status}: {text[:300]}")
 
     def read(self, op: str, method: str, path: str, params: dict | None = None,
-             ok: tuple[int, ...] = (200,)) -> Any:
-        status, body = self.client.call(method, path, params=params)
+             ok: tuple[int, ...] = (200,), body: Any = None) -> Any:
+        status, body = self.client.call(method, path, body, params=params)
         self._note(op, method, path, status, body)
         if status not in ok:
             self.failures.append(f"{method} {path} -> {status}: {str(body)[:300]}")
@@ -135,9 +137,23 @@ class Worker:
 
 
 class Family:
-    """A route family: its writes and reads, and how to read its items back."""
+    """A route family: its writes and reads, and how to read its items back.
+
+    A family whose routes may not be in every sidecar yet names one in `route`; it takes part
+    only where that route answers anything but 404/405 (probed once per process)."""
 
     kind = ""
+    route: tuple[str, str] | None = None
+    _available: bool | None = None
+
+    def available(self, client: Client) -> bool:
+        if self.route is None:
+            return True
+        if self._available is None:
+            status, body = client.call(*self.route, {} if self.route[0] != "GET" else None)
+            code = body.get("error", {}).get("code", "") if isinstance(body, dict) else ""
+            type(self)._available = not (status in (404, 405) and code in ("not_found", "method_not_allowed"))
+        return bool(self._available)
 
     def writes(self) -> list[tuple[float, Op]]:
         return []
@@ -508,7 +524,103 @@ class Messages(Family):
         return out
 
 
-FAMILIES: list[Family] = [Characters(), Chats(), Memories(), Messages()]
+# --- lore (POST, PATCH with version, DELETE: SW7) ------------------------------------------------
+LORE_FIELDS = ("title", "text", "triggers", "always", "enabled", "known_by", "version")
+LORE_CAP = 10          # own entries per worker
+
+
+def lore_state(e: dict) -> State:
+    return {k: e[k] for k in LORE_FIELDS}
+
+
+class Lore(Family):
+    """Lore entries and story cards; each worker's titles start with "[owner]"."""
+
+    kind = "lore"
+    route = ("GET", "/v1/lore")
+
+    def writes(self) -> list[tuple[float, Op]]:
+        return [(1.5, self.create), (1.0, self.edit), (0.4, self.delete)]
+
+    def reads(self) -> list[tuple[float, Op]]:
+        return [(0.5, self.list)]
+
+    @needs_model
+    def create(self, w: Worker) -> None:
+        if len(w.ledger.items(self.kind)) >= LORE_CAP:
+            return self.delete(w)
+        n = w.next_serial()
+        place = w.rng.choice(["Harbour", "Mill", "Chapel", "Gate"])
+        body = {"title": f"[{w.owner}] {place} {n}", "text": f"The {place.lower()} {n}: {w.rng.choice(PHRASES)}",
+                "triggers": [place.lower(), f"{place.lower()} {n}"]}
+        cast = sorted(w.ledger.items("character"))
+        if cast and w.rng.random() < 0.3:
+            body["known_by"] = [w.rng.choice(cast)]
+        state = {"title": body["title"], "text": body["text"], "triggers": body["triggers"], "always": False,
+                 "enabled": True, "known_by": body.get("known_by"), "version": 1}
+        w.write("lore.create", "POST", "/v1/lore", body, {}, creates=[(self.kind, state)],
+                from_response=lambda a: {(self.kind, a["entry"]["id"]): lore_state(a["entry"])})
+
+    @needs_model
+    def edit(self, w: Worker) -> None:
+        own = w.ledger.items(self.kind)
+        if not own:
+            return self.create(w)
+        lore_id = w.rng.choice(sorted(own))
+        old = own[lore_id]
+        change = {"text": f"{old['text'].split(' (rev')[0]} (rev {w.next_serial()})",
+                  "enabled": w.rng.random() < 0.9}
+        body = {**change, "version": old["version"]}  # a stale version would be 409
+        state = {**old, **change, "version": old["version"] + 1}
+        w.write("lore.edit", "PATCH", f"/v1/lore/{q(lore_id)}", body, {(self.kind, lore_id): state},
+                from_response=lambda a: {(self.kind, lore_id): lore_state(a["entry"])})
+
+    def delete(self, w: Worker) -> None:
+        own = sorted(w.ledger.items(self.kind))
+        if own:
+            lore_id = w.rng.choice(own)
+            w.write("lore.delete", "DELETE", f"/v1/lore/{q(lore_id)}", None, {(self.kind, lore_id): None})
+
+    def list(self, w: Worker) -> None:
+        w.read("lore.list", "GET", "/v1/lore")
+
+    def snapshot(self, client: Client) -> dict[str, dict[Key, State]]:
+        out: dict[str, dict[Key, State]] = {}
+        if not self.available(client):
+            return out
+        for e in _get(client, "/v1/lore")["lore"]:
+            out.setdefault(memory_owner(e["title"]), {})[(self.kind, e["id"])] = lore_state(e)
+        return out
+
+
+# --- context (POST /v1/context: the per-turn assembly, a read for the ledger) ------------------
+class Context(Family):
+    """The extension's call before every generation; it writes only statistics (no ledger items)."""
+
+    kind = "context"
+    route = ("POST", "/v1/context")
+
+    def reads(self) -> list[tuple[float, Op]]:
+        return [(2.0, self.assemble)]
+
+    def assemble(self, w: Worker) -> None:
+        chats = w.ledger.items("chat")
+        if not chats:
+            return None
+        chat_id = w.rng.choice(sorted(chats))
+        members = chats[chat_id]["member_ids"]
+        body = {"chat_id": chat_id, "speaker_id": w.rng.choice(members), "present_ids": members,
+                "context_tokens": w.rng.choice([2048, 8192]), "generation_type": "normal",
+                "last_action": {"text": f"I ask about the {w.rng.choice(['harbour', 'mill', 'gate'])}.",
+                                "kind": "action"}}
+        # 404: the chat was deleted or renamed by a write of this worker cut by a kill.
+        w.read("context", "POST", "/v1/context", ok=(200, 404), body=body)
+
+    def snapshot(self, client: Client) -> dict[str, dict[Key, State]]:
+        return {}
+
+
+FAMILIES: list[Family] = [Characters(), Chats(), Memories(), Messages(), Lore(), Context()]
 # A caller that only writes the transcript (a long chat that keeps background jobs busy).
 SCRIBE_FAMILIES: list[Family] = [Characters(), Chats(), Messages(destructive=False)]
 

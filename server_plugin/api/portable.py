@@ -1,0 +1,25 @@
+"""GET /v1/export and POST /v1/import: the whole store as one document, and back (portable.py)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response
+
+from .. import portable
+from .common import body, svc
+
+bp = Blueprint("portable", __name__)
+
+
+@bp.get("/export")
+def export() -> Response:
+    data = portable.canonical(portable.export_store(svc().db))
+    stamp = svc().clock.iso()[:19].replace(":", "").replace("-", "")
+    return Response(data, mimetype="application/json", headers={
+        "Content-Disposition": f'attachment; filename="chronicler-export-{stamp}.json"'})
+
+
+@bp.post("/import")
+def import_() -> dict:
+    data = body("import.request")
+    return portable.import_into(svc(), data["document"], data.get("mode", "empty"),
+                                data.get("confirm_replace", False))
