@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from flask import Flask
 
-from . import characters, chats, health, memories
+from . import characters, chats, health, lore, memories
 
-BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp]
+BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp, lore.bp]
 
 
 def register(app: Flask) -> None:
