@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from server_plugin import index
-from tests.conftest import expect_error, expect_ok
+from conftest import expect_error, expect_ok
 
 
 def make(api, **fields):
