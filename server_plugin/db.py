@@ -64,6 +64,9 @@ class Database:
         self._readers_lock = threading.Lock()
         self._writer = self._connect()
         self._writer.execute("PRAGMA journal_mode=WAL")
+        # Bumped after every committed write: a cache keyed by it is never stale (one process
+        # owns the store, see cli.lock_data_dir).
+        self.generation = 0
 
     def _connect(self) -> Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
@@ -140,6 +143,7 @@ class Database:
             if self._writer.in_transaction:
                 self._writer.execute("ROLLBACK")
             raise
+        self.generation += 1
 
     @staticmethod
     def _translate(exc: Exception) -> Exception:

@@ -316,7 +316,19 @@ def spread_evenly(available: list[int], total: int) -> list[int]:
 
 
 def for_turn(svc: Services, chat_id: str, speaker_id: str) -> dict[str, Any]:
-    """What a character gets this turn: all pinned + up to N unpinned, newest first, spread over scopes."""
+    """What a character gets this turn: all pinned + up to N unpinned, newest first, spread over scopes.
+
+    Asked before every generation and usually unchanged since the last one: the selection is cached
+    until the next write to the store; only `recent` (which moves with the clock) is recomputed.
+    """
+    chosen = svc.cached("for_turn", (chat_id, speaker_id, svc.db.generation),
+                        lambda: _select_for_turn(svc, chat_id, speaker_id))
+    threshold = recent_threshold(svc)
+    return {**chosen, "memories": [{**m, "recent": m["updated_at"] >= threshold}
+                                   for m in chosen["memories"]]}
+
+
+def _select_for_turn(svc: Services, chat_id: str, speaker_id: str) -> dict[str, Any]:
     conn = svc.db.reader()
     chat = chats.fetch(conn, chat_id)
     if chat is None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
 
 from .clock import Clock
 from .db import Database
@@ -20,6 +22,19 @@ class Services:
     embedder: Embedder
     tokens: TokenCounter
     clock: Clock
+    _caches: dict[str, OrderedDict] = field(default_factory=dict, repr=False)
+
+    def cached(self, name: str, key: Hashable, compute: Callable[[], Any], size: int = 256) -> Any:
+        """A small per-app LRU cache; put `self.db.generation` in the key of anything read from the store."""
+        cache = self._caches.setdefault(name, OrderedDict())
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        value = compute()
+        cache[key] = value
+        while len(cache) > size:
+            cache.popitem(last=False)
+        return value
 
     def embed_wait(self) -> float:
         """Seconds a write may wait for the embedding model to finish loading."""
