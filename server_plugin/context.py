@@ -1,0 +1,348 @@
+"""The per-turn context (`POST /v1/context`): gather one speaker's candidates, assemble, remember.
+
+`build()` is one pass, in this order:
+1. the request as a `Turn`, the chat (404 if unknown) and its switches (RV16 memory, RV14 learning);
+2. the live window of the chat (history, RV2) and, from it and the last action, the texts of the
+   `card_scan_min_actions` latest actions: presence (SW1) is decided on those, before any budget;
+3. one small function per source, each returning `assemble` types already filtered for the
+   speaker (visibility.py decides; nothing here does): client texts, pinned memories (RV11),
+   sheets of present characters (SW1), story cards the speaker may know with their per-chat
+   statistics (QS5), open campaign notes (SW3), story summary parts (SW2), the memory bank
+   (QS8: the RV7 per-turn unpinned set plus search results, ranked by similarity to the last
+   action);
+4. `assemble()` — every budget rule lives there;
+5. `record_turn()`: a new turn (not a swipe, a regenerate or a repeated call for the same action)
+   counts one use for each card whose triggers fired; the chat remembers `context_tokens` (for the
+   live window of the compaction after the turn, RV2). Nothing is written when nothing changed.
+
+Speed: what is stable between turns is cached — the cast and rendered sheets until a character
+changes, the parsed story cards until lore changes (per-table change counters kept by SQL
+triggers, see migration m004), token counts in tokens.py, the query vector in embeddings.py.
+The one query embedding (the last action) is computed in a worker thread while the database is
+read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import chats, lore, memories, sheets
+from .assemble import (
+    Assembly,
+    Candidates,
+    Card,
+    CardStats,
+    Item,
+    LastAction,
+    Message,
+    Rules,
+    assemble,
+    resolve_last_action,
+    scan_texts,
+)
+from .db import Connection, loads
+from .errors import NotFound
+from .services import Services
+from .triggers import CastMember, present_characters
+from .visibility import can_see
+
+# Generation types that re-run the current turn: they never count as a new use of a card.
+SAME_TURN_TYPES = frozenset({"swipe", "regenerate", "quiet", "impersonate"})
+
+_EMBED_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-embed")
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One `POST /v1/context` request, with its defaults applied."""
+
+    chat_id: str
+    speaker_id: str
+    context_tokens: int
+    last_action: LastAction
+    present_ids: tuple[str, ...] = ()
+    generation_type: str = "normal"
+    memory_bank: bool = True
+    instructions: str = ""
+    plot_essentials: str = ""
+    authors_note: str = ""
+    front_memory: str = ""
+    history_as_text: bool = False
+
+    @classmethod
+    def from_request(cls, data: dict[str, Any]) -> "Turn":
+        action = data["last_action"]
+        return cls(
+            chat_id=data["chat_id"], speaker_id=data["speaker_id"],
+            context_tokens=int(data["context_tokens"]),
+            last_action=LastAction(action.get("text", ""), action.get("kind", "action"),
+                                   action.get("id")),
+            present_ids=tuple(data.get("present_ids", ())),
+            generation_type=data.get("generation_type", "normal"),
+            memory_bank=data.get("memory_bank", True),
+            **{k: data.get(k, "") for k in ("instructions", "plot_essentials", "authors_note",
+                                            "front_memory")},
+            history_as_text=data.get("history_as_text", False),
+        )
+
+
+def rules_from(settings: Any) -> Rules:
+    """The QS numbers from the settings table (same names as `Rules`' fields)."""
+    return Rules(**{f.name: int(getattr(settings, f.name)) for f in fields(Rules)})
+
+
+# --- change counters and caches -----------------------------------------------------------------
+
+def generation(svc: Services, name: str) -> int:
+    """The change counter of a table ('lore', 'characters'), bumped by triggers on every write."""
+    counters = svc.cached("context_generations", svc.db.generation, lambda: dict(
+        svc.db.reader().execute("SELECT name, n FROM generations").fetchall()), size=4)
+    return counters[name]
+
+
+@dataclass(frozen=True)
+class Cast:
+    """Every character (as `characters.to_dict` gives them) and their names for presence."""
+
+    by_id: dict[str, dict[str, Any]]
+    members: tuple[CastMember, ...]
+
+
+def cast(svc: Services) -> Cast:
+    """The whole cast, read once per change of the characters table."""
+    def read() -> Cast:
+        from .characters import to_dict
+
+        rows = [to_dict(r) for r in svc.db.reader().execute("SELECT * FROM characters ORDER BY id")]
+        return Cast({c["id"]: c for c in rows},
+                    tuple(CastMember(c["id"], c["name"], tuple(c["aliases"])) for c in rows))
+
+    return svc.cached("context_cast", generation(svc, "characters"), read, size=2)
+
+
+@dataclass(frozen=True)
+class LoreCard:
+    card: Card
+    known_by: tuple[str, ...] | None
+
+
+def all_cards(svc: Services) -> tuple[LoreCard, ...]:
+    """Every enabled lore entry as a story card, read once per change of the lore table."""
+    def read() -> tuple[LoreCard, ...]:
+        rows = svc.db.reader().execute(
+            "SELECT id, title, text, triggers, always, known_by FROM lore WHERE enabled=1 ORDER BY id")
+        out = []
+        for r in rows:
+            known = loads(r["known_by"])
+            out.append(LoreCard(Card(r["id"], lore.index_text(r["title"], r["text"]),
+                                     tuple(loads(r["triggers"])), bool(r["always"])),
+                                None if known is None else tuple(known)))
+        return tuple(out)
+
+    return svc.cached("context_lore", generation(svc, "lore"), read, size=2)
+
+
+# --- sources: one small function each ------------------------------------------------------------
+
+def history(svc: Services, chat: dict[str, Any], turn: Turn) -> list[Message]:
+    """The live window (RV2), oldest -> newest. Empty until the transcript store exists."""
+    window = _optional("summaries", "live_window")
+    if window is None:
+        return []
+    return [Message(m["id"], m["text"], m.get("role", "user"), m.get("name") or "")
+            for m in window(svc, chat["id"], turn.context_tokens)]
+
+
+def character_sheets(svc: Services, the_cast: Cast, present: dict[str, str],
+                     viewer_id: str) -> list[Item]:
+    """Sheets of the present characters that have one, in presence order, as the speaker may
+    read them (secrets filtered by visibility.knows_secret inside sheets.render)."""
+    gen = generation(svc, "characters")
+    items = []
+    for character_id in present:
+        character = the_cast.by_id.get(character_id)
+        if character is not None:
+            text = svc.cached("context_sheet", (gen, character_id, viewer_id),
+                              lambda c=character: sheets.render(c, viewer_id), size=4096)
+            items.append(Item(character_id, text))
+    return items
+
+
+def story_cards(svc: Services, viewer_id: str) -> list[Card]:
+    """The enabled story cards the speaker may know (SW9b)."""
+    def visible() -> list[Card]:
+        return [c.card for c in all_cards(svc) if can_see(viewer_id, c.known_by)]
+
+    return svc.cached("context_cards_for", (generation(svc, "lore"), viewer_id), visible, size=256)
+
+
+def card_stats(conn: Connection, chat_id: str) -> dict[str, CardStats]:
+    """QS5's per-chat statistics: `last_used` is the turn the card last fired in."""
+    return {k: CardStats(last_used=float(turn), uses=uses)
+            for k, (uses, turn) in lore.chat_stats(conn, chat_id).items()}
+
+
+def campaign_notes(svc: Services, chat_id: str) -> list[Item]:
+    """Open campaign notes, most pressing first (SW3). Empty until notes exist."""
+    open_notes = _optional("notes", "open_notes")
+    if open_notes is None:
+        return []
+    return [Item(n["id"], n["text"]) for n in open_notes(svc, chat_id)]
+
+
+def story_summary(svc: Services, chat_id: str) -> list[Item]:
+    """The latest full session summary, the previous short ones, the rolling tiers (SW2, RV3).
+    Empty until summaries exist."""
+    parts = _optional("summaries", "story_summary_parts")
+    if parts is None:
+        return []
+    return [Item(p["id"], p["text"]) for p in parts(svc, chat_id)]
+
+
+@dataclass(frozen=True)
+class SavedMemories:
+    pinned: list[Item]
+    unpinned: list[dict[str, Any]]  # newest first (RV7)
+
+
+def saved_memories(svc: Services, chat: dict[str, Any], turn: Turn) -> SavedMemories:
+    """The speaker's per-turn set (RV5, RV7, SW9b); none when memory is off (RV16) or the speaker
+    does not learn from chat (RV14) — memories.for_turn applies both."""
+    if not chat["memory_enabled"]:
+        return SavedMemories([], [])
+    chosen = memories.for_turn(svc, chat["id"], turn.speaker_id)["memories"]
+    return SavedMemories([Item(m["id"], m["text"]) for m in chosen if m["pinned"]],
+                         [m for m in chosen if not m["pinned"]])
+
+
+def memory_bank(svc: Services, turn: Turn, query: Future | None,
+                unpinned: Sequence[dict[str, Any]]) -> list[Item]:
+    """QS8: the per-turn unpinned memories (and search results, when search exists), ranked by
+    cosine similarity to the last action; ties and a missing query keep newest first."""
+    items = [Item(m["id"], m["text"]) for m in unpinned]
+    if query is None or not items:
+        return items
+    vector = query.result()
+    scores = similarity(svc.db.reader(), vector, "memory", [i.id for i in items])
+    order = {item.id: n for n, item in enumerate(items)}
+    return sorted(items, key=lambda i: (-scores.get(i.id, -1.0), order[i.id]))
+
+
+def similarity(conn: Connection, vector: np.ndarray, kind: str, ref_ids: Sequence[str]) -> dict[str, float]:
+    """Cosine similarity of indexed items (by kind and ref id) to a unit query vector."""
+    if not ref_ids:
+        return {}
+    marks = ",".join("?" * len(ref_ids))
+    rows = conn.execute(
+        f"SELECT d.ref_id, vec_distance_cosine(v.embedding, ?) FROM docs d"
+        f" JOIN docs_vec v ON v.rowid = d.id WHERE d.kind=? AND d.ref_id IN ({marks})",
+        [np.asarray(vector, dtype=np.float32).tobytes(), kind, *ref_ids])
+    return {ref: 1.0 - float(distance) for ref, distance in rows}
+
+
+def _optional(module: str, name: str) -> Any:
+    """A source function of a module that may not exist yet (built in parallel branches)."""
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(f"{__package__}.{module}"), name, None)
+    except ImportError:
+        return None
+
+
+# --- the turn -------------------------------------------------------------------------------------
+
+def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
+    """Assemble one turn's context for the speaker; the `POST /v1/context` response."""
+    turn = Turn.from_request(data)
+    rules = rules_from(svc.settings)
+    conn = svc.db.reader()
+    chat = chats.fetch(conn, turn.chat_id)
+    if chat is None:
+        raise NotFound("chat_not_found", f"No chat with id {turn.chat_id!r}; register it with "
+                       "PUT /v1/chats/{id}.")
+    messages = history(svc, chat, turn)
+    last, _ = resolve_last_action(messages, turn.last_action)
+    bank_on = turn.memory_bank and chat["memory_enabled"]
+    query = _start_query(svc, last) if bank_on else None
+
+    the_cast = cast(svc)
+    present = present_characters(the_cast.members,
+                                 scan_texts(messages, turn.last_action, rules.card_scan_min_actions),
+                                 turn.speaker_id, chat["member_ids"], turn.present_ids)
+    saved = saved_memories(svc, chat, turn)
+    candidates = Candidates(
+        last_action=turn.last_action, messages=messages,
+        instructions=turn.instructions, plot_essentials=turn.plot_essentials,
+        authors_note=turn.authors_note, front_memory=turn.front_memory,
+        story_summary=story_summary(svc, chat["id"]),
+        pinned_memories=saved.pinned,
+        character_sheets=character_sheets(svc, the_cast, present, turn.speaker_id),
+        campaign_notes=campaign_notes(svc, chat["id"]),
+        story_cards=story_cards(svc, turn.speaker_id),
+        card_stats=card_stats(conn, chat["id"]),
+        memory_bank=memory_bank(svc, turn, query, saved.unpinned) if bank_on else [],
+        memory_bank_enabled=bank_on,
+    )
+    out = assemble(candidates, turn.context_tokens, svc.tokens, rules=rules,
+                   history_as_text=turn.history_as_text)
+    record_turn(svc, chat, turn, last, out)
+    result = out.to_dict()
+    result["report"]["present"] = present
+    return result
+
+
+QUERY_MAX_CHARS = 1000  # MiniLM reads ~256 word pieces; the end of a long action is its point
+
+
+def _start_query(svc: Services, last: Message | None) -> Future | None:
+    """Embed the last action in the worker thread (None: nothing to rank by, or the model is
+    still loading — then the memory bank keeps newest first rather than fail the turn)."""
+    text = last.text.strip() if last is not None else ""
+    if not text or not svc.embedder.ready:
+        return None
+    if len(text) > QUERY_MAX_CHARS:
+        cut = text[-QUERY_MAX_CHARS:]
+        text = cut.split(None, 1)[-1] if " " in cut else cut  # start on a whole word
+    return _EMBED_POOL.submit(svc.embedder.embed_one, text, svc.embed_wait())
+
+
+def action_key(turn: Turn, last: Message | None) -> str:
+    """What identifies the action a turn answers: its message id, else a hash of its text."""
+    if last is not None and last.id:
+        return "id:" + last.id
+    text = last.text if last is not None else ""
+    return "text:" + hashlib.sha1(f"{turn.last_action.kind}\0{text}".encode()).hexdigest()
+
+
+def record_turn(svc: Services, chat: dict[str, Any], turn: Turn, last: Message | None,
+                out: Assembly) -> None:
+    """Count the cards that fired (a new turn only) and remember `context_tokens` (RV2)."""
+    key = action_key(turn, last)
+    counts = turn.generation_type not in SAME_TURN_TYPES
+    state = svc.db.reader().execute("SELECT turn, action_key FROM context_turns WHERE chat_id=?",
+                                    (chat["id"],)).fetchone()
+    new_turn = counts and (state is None or state["action_key"] != key)
+    if not new_turn and chat["context_tokens"] == turn.context_tokens:
+        return  # nothing to write: a swipe with the same budget costs no write
+    now = svc.clock.iso()
+    with svc.db.write() as conn:
+        if chat["context_tokens"] != turn.context_tokens:
+            conn.execute("UPDATE chats SET context_tokens=? WHERE id=?", (turn.context_tokens, chat["id"]))
+        if not new_turn:
+            return
+        row = conn.execute("SELECT turn, action_key FROM context_turns WHERE chat_id=?",
+                           (chat["id"],)).fetchone()
+        if row is not None and row["action_key"] == key:
+            return  # another request counted this action meanwhile
+        number = (row["turn"] if row else 0) + 1
+        conn.execute("INSERT INTO context_turns(chat_id, turn, action_key, updated_at) VALUES (?,?,?,?)"
+                     " ON CONFLICT(chat_id) DO UPDATE SET turn=excluded.turn,"
+                     " action_key=excluded.action_key, updated_at=excluded.updated_at",
+                     (chat["id"], number, key, now))
+        lore.record_fired(conn, chat["id"], list(out.fired_triggers), number, now)
