@@ -286,7 +286,9 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
         campaign_notes=campaign_notes(svc, chat["id"]),
         story_cards=story_cards(svc, turn.speaker_id),
         card_stats=card_stats(conn, chat["id"]),
-        memory_bank=memory_bank(svc, turn, query, saved.unpinned) if bank_on else [],
+        # With the bank off, the per-turn set still goes in, unranked, so the report shows it
+        # left out for that reason (`memory_bank_off`).
+        memory_bank=memory_bank(svc, turn, query, saved.unpinned),
         memory_bank_enabled=bank_on,
     )
     out = assemble(candidates, turn.context_tokens, svc.tokens, rules=rules,
