@@ -82,7 +82,8 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
     services = services or build_services(settings)
     token, _ = ensure_token(settings)
     app = Flask("chronicler")
-    app.config["MAX_CONTENT_LENGTH"] = max(settings.max_body_bytes, settings.max_import_bytes)
+    app.config["MAX_CONTENT_LENGTH"] = max(settings.max_body_bytes, settings.max_import_bytes,
+                                            settings.max_messages_body_bytes)
     app.json.sort_keys = False
     app.extensions[EXTENSION_KEY] = services
     guard = Guard(settings, token)

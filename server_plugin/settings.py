@@ -102,6 +102,39 @@ MEMORIES = [
     _s("recent_days", float, 7.0, "Memories updated within this many days are marked recent (RV7).", 0),
 ]
 
+CONVERSATION = [
+    # The transcript, the live window, rolling summaries, sessions, notes, deep memory and the job
+    # queue (messages.py, summaries.py, sessions.py, notes.py, deep_memory.py, jobs.py).
+    _s("message_max_chars", int, 100_000, "Longest message text stored; a longer one is cut there, never refused.", 1),
+    _s("messages_per_batch", int, 200, "Messages one POST /v1/chats/{id}/messages may carry.", 1),
+    _s("max_messages_body_bytes", int, 33_554_432, "Largest body of POST /v1/chats/{id}/messages (long messages, 413 above).", 1024),
+    _s("messages_page_max", int, 1000, "Most messages one GET of the transcript returns (ids_only: ten times more).", 1),
+    _s("live_window_max_tokens", int, 10_000, "Live window: at most this many tokens of the newest messages (RV2).", 1),
+    _s("live_window_percent", float, 25.0, "Live window: at most this share of the model's context, in percent (RV2).", 0),
+    _s("live_window_max_messages", int, 50, "Live window: at most this many messages (RV2).", 1),
+    _s("default_context_tokens", int, 8192, "Context size assumed for a chat never assembled yet (RV2).", 256),
+    _s("summary_chunk_messages", int, 8, "Messages per chunk summarised into one recent summary (RV3).", 1),
+    _s("summary_merge_count", int, 4, "Summaries of one tier merged into one of the next (RV3: 4).", 2),
+    _s("prompt_message_max_tokens", int, 1500, "A message longer than this is cut (its start kept) inside a job's prompt.", 20),
+    _s("session_gap_hours", float, 6.0, "A message this long after the previous one starts a new session (SW2).", 0),
+    _s("session_prompt_max_tokens", int, 6000, "Message tokens a session-summary prompt may carry; older parts go in as summaries (SW2).", 200),
+    _s("session_shorts_in_context", int, 5, "Short summaries of previous sessions given to the context (SW2).", 0),
+    _s("note_max_chars", int, 1000, "Longest campaign note (SW3).", 1),
+    _s("notes_in_prompt", int, 20, "Open notes shown to the session-summary job (SW3).", 0),
+    _s("session_max_threads", int, 5, "Open threads a session summary may propose as notes (SW3).", 0),
+    _s("deep_memory_min_new_messages", int, 16, "Deep memory runs only once this many summarised messages are unread (RV13).", 1),
+    _s("deep_memory_max_messages", int, 32, "Messages one deep-memory run reads (RV13).", 1),
+    _s("deep_memory_existing_max", int, 50, "Saved memories shown to a deep-memory run so it does not file them again (RV13).", 0),
+    _s("worker_enabled", bool, True, "Run background jobs in a worker thread of the sidecar."),
+    _s("worker_poll_seconds", float, 5.0, "Longest the worker sleeps between looks at the queue.", 0.01),
+    _s("job_max_attempts", int, 5, "Attempts of a job before it is marked failed.", 1),
+    _s("job_backoff_base_seconds", float, 10.0, "Wait before a failed job's second attempt; doubled each attempt.", 0),
+    _s("job_backoff_max_seconds", float, 600.0, "Longest wait between attempts of a job.", 0),
+    _s("job_lease_seconds", float, 900.0, "A job the worker claimed and did not finish in this time goes back to the queue.", 1),
+    _s("job_client_lease_seconds", float, 300.0, "The same for a job the extension claimed (client mode).", 1),
+    _s("jobs_list_max", int, 500, "Most jobs GET /v1/jobs returns.", 1),
+]
+
 CONTEXT = [
     # The per-turn context (assemble.py, context.py), lore and sheets (lore.py, characters.py).
     # The first six are assemble.Rules' fields, by the same names.
@@ -117,7 +150,7 @@ CONTEXT = [
     _s("lore_import_max_entries", int, 5000, "Most entries one World Info import may hold.", 1),
 ]
 
-ALL_SETTINGS: list[Setting] = SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES + CONTEXT
+ALL_SETTINGS: list[Setting] = SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES + CONVERSATION + CONTEXT
 TABLE: dict[str, Setting] = {s.name: s for s in ALL_SETTINGS}
 
 
