@@ -2,10 +2,10 @@
 
 The store: 10,000 messages, 2,000 saved memories, 500 lore cards, 40 characters with sheets and
 secrets, 300 character memories. It is written through the domain layer (memories.create,
-lore.import_world_info, characters.put, index.put) with the embeddings computed in batches first:
-the embedder's cache then answers the one-at-a-time domain calls. Messages and character memories
-are stored as search documents (kinds "message" and "character_memory", with witnesses) when the
-transcript and episode tables are not on this branch — see `fill_messages`.
+lore.import_world_info, characters.put, conversation.ingest) with the embeddings computed in big
+batches first: the embedder's cache then answers the domain calls. The 300 character memories
+(SW4) are search documents of kind "character_memory" (with their owner as the one who knows
+them): the episode tables are not on this branch yet.
 
 Then a real sidecar process (waitress) answers 200 calls after 20 warm-up calls, each with a new
 last action (so the query embedding is never a cache hit), in a 3-member chat of the 40-character
@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -92,19 +93,22 @@ def fill_memories(svc, rnd: random.Random) -> int:
     return len(texts)
 
 
-def fill_messages(svc, rnd: random.Random, members: list[str], count: int = 10_000) -> str:
-    """10,000 messages. With the transcript store (messages.py) they go through it; without it,
-    each is a search document of kind "message" known by the chat's members (the index size and
-    the vectors are what the context call's searches meet)."""
-    texts = [sentence(rnd, rnd.randint(15, 60), [rnd.choice(["Hero00", "Hero01", "Hero02"])])
-             for _ in range(count)]
-    vectors = index.prepare(svc.embedder, texts)
-    now = svc.clock.iso()
-    with svc.db.write() as conn:
-        for i, prepared in enumerate(vectors):
-            index.put(conn, "message", f"{CHAT}#{i}", prepared, created_at=now, chat_id=CHAT,
-                      known_by=members)
-    return "approximated: search documents only (no transcript table on this branch)"
+def fill_messages(svc, rnd: random.Random, count: int = 10_000) -> str:
+    """10,000 messages through the transcript store (conversation.ingest), in batches."""
+    from server_plugin import conversation
+
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    batch = int(svc.settings.messages_per_batch)
+    rows = []
+    for i in range(count):
+        user = i % 2 == 0
+        rows.append({"id": f"m{i:05d}", "role": "user" if user else "assistant",
+                     "name": "Player" if user else f"Hero0{i % 3}",
+                     "text": sentence(rnd, rnd.randint(15, 60), [f"Hero0{rnd.randrange(3)}"]),
+                     "sent_at": (start + timedelta(minutes=3 * i)).isoformat()})
+    for i in range(0, count, batch):  # each batch is embedded in one call by ingest
+        conversation.ingest(svc, CHAT, rows[i:i + batch])
+    return "through conversation.ingest"
 
 
 def fill_character_memories(svc, rnd: random.Random, members: list[str]) -> None:
@@ -129,7 +133,7 @@ def fill(data_dir: str) -> None:
              ("chat", lambda: chats.put(svc, CHAT, {"member_ids": members})),
              ("500 lore cards", lambda: fill_lore(svc, rnd)),
              ("2,000 memories", lambda: fill_memories(svc, rnd)),
-             ("10,000 messages", lambda: print("  ", fill_messages(svc, rnd, members))),
+             ("10,000 messages", lambda: print("  ", fill_messages(svc, rnd))),
              ("300 character memories", lambda: fill_character_memories(svc, rnd, members))]
     for what, step in steps:
         started = time.perf_counter()

@@ -198,10 +198,10 @@ def campaign_notes(svc: Services, chat_id: str) -> list[Item]:
 def story_summary(svc: Services, chat_id: str) -> list[Item]:
     """The latest full session summary, the previous short ones, the rolling tiers (SW2, RV3).
     Empty until summaries exist."""
-    parts = _optional("summaries", "story_summary_parts")
+    parts = _optional("sessions", "story_summary_parts")
     if parts is None:
         return []
-    return [Item(p["id"], p["text"]) for p in parts(svc, chat_id)]
+    return [Item(p["id"], p["text"] or "") for p in parts(svc, chat_id)]
 
 
 @dataclass(frozen=True)

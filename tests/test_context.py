@@ -330,3 +330,56 @@ def api_with_store(api):
         memory(api, f"Pinned {i} " * 10, pinned=True)
         memory(api, f"Memory {i} " * 30)
     return api
+
+
+# --- with the transcript: the scan window and history through the route ---------------------------
+
+def needs_live_window():
+    """These tests read the chat's live window (summaries.live_window, issue 3)."""
+    from server_plugin import context
+
+    if context._optional("summaries", "live_window") is None:
+        pytest.skip("the live window (summaries.live_window) is not on this branch yet")
+
+
+def post_messages(api, chat_id, texts):
+    """Messages m1..mN, oldest first, alternating player and narrator."""
+    body = {"messages": [{"id": f"m{i + 1}", "role": "user" if i % 2 == 0 else "assistant",
+                          "name": "Player" if i % 2 == 0 else "Narrator", "text": text,
+                          "sent_at": f"2026-03-01T12:{i:02d}:00Z"} for i, text in enumerate(texts)]}
+    expect_ok(api.post(f"/v1/chats/{chat_id}/messages", json=body))
+
+
+@pytest.mark.parametrize("card_tokens,actions", [(400, 4), (500, 4), (501, 5), (900, 9)])
+def test_qs6_scan_window_through_the_route(api, card_tokens, actions):
+    """rule QS6: with 400/500/501/900 tokens for story cards, the 4/4/5/9 latest actions are
+    scanned: exactly the cards named in those actions fire, end to end."""
+    needs_live_window()
+    chat(api)
+    cards = {k: card(api, f"Card{k}", [f"key{k}"], text=f"Fact {k}.") for k in range(1, 13)}
+    # Message m12 (the last action) names key1, m11 names key2, ... m1 names key12.
+    texts = [f"We speak of key{13 - i} tonight." for i in range(1, 13)]
+    post_messages(api, "c1", texts)
+    last = texts[-1]
+    dynamic = card_tokens * 100 // 25  # the cards' share is 25% of the dynamic budget (QS4)
+    ctx = C.count(last) + dynamic
+    out = turn(api, text=last, ctx=ctx, last_action={"text": last, "id": "m12"}, memory_bank=False)
+    assert section(out, "story_cards")["allocated"] == card_tokens
+    assert out["report"]["scan_actions"] == actions
+    assert set(out["report"]["fired_triggers"]) == {cards[k] for k in range(1, actions + 1)}
+    assert ids(section(out, "story_cards")["included"]) == [cards[k] for k in range(1, actions + 1)]
+    assert out["live_message_ids"][-1] == "m12"
+
+
+def test_qs7_history_is_the_live_window_newest_first(api):
+    """rule QS7/RV2: history comes from the chat's live window; the last action is counted once
+    and live_message_ids lists what the client should keep, oldest first."""
+    needs_live_window()
+    chat(api)
+    texts = [f"Line {i} of the tale." for i in range(1, 9)]
+    post_messages(api, "c1", texts)
+    out = turn(api, text=texts[-1], ctx=4000, last_action={"text": texts[-1], "id": "m8"})
+    assert ids(section(out, "last_action")["included"]) == ["m8"]
+    assert ids(section(out, "history")["included"]) == [f"m{i}" for i in range(7, 0, -1)]
+    assert out["live_message_ids"] == [f"m{i}" for i in range(1, 9)]
+    assert section(out, "history")["used"] == sum(C.count(t) for t in texts[:-1])
