@@ -10,7 +10,7 @@ from flask import Flask
 from flask_cors import CORS
 from werkzeug.exceptions import HTTPException
 
-from . import api, migrations
+from . import api, conversation, jobs, migrations  # noqa: F401  (conversation registers the job kinds)
 from .api.common import EXTENSION_KEY
 from .clock import Clock
 from .db import Database, StorageFull, StorageUnavailable
@@ -96,4 +96,5 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
     install(app, guard)
     _install_error_envelope(app)
     api.register(app)
+    app.extensions["chronicler_worker"] = jobs.start(services)
     return app

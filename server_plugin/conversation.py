@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import chats, index, messages
-from .db import Connection
+from . import chats, deep_memory, index, jobs, memories, messages, notes, sessions, summaries
+from .db import Connection, loads
 from .errors import Conflict, NotFound, PayloadTooLarge
 from .services import Services
 
@@ -63,9 +63,10 @@ def ingest(svc: Services, chat_id: str, raw: list[dict[str, Any]]) -> dict[str, 
         chat = chats.fetch(conn, chat_id)
         if chat is None:
             raise NotFound("chat_not_found", f"No chat with id {chat_id!r}; register it first.")
-        ended: list[int] = []
         changes = messages.upsert(svc, conn, chat_id, chat["member_ids"], batch, vectors)
-        enqueued = 0
+        ended = sessions.place(svc, conn, chat_id, changes.inserted)
+        sessions.mark_stale(conn, chat_id, changes.edited)
+        enqueued = summaries.after_write(svc, conn, chat_id, changes)
     return {**_outcome(chat_id, changes), "memory_enabled": True, "stored": True,
             "sessions_ended": ended, "jobs_enqueued": enqueued}
 
@@ -78,12 +79,26 @@ def _outcome(chat_id: str, changes: messages.Changes | None) -> dict[str, Any]:
 
 
 # --- deleting --------------------------------------------------------------------------------
+def _forget_memories(svc: Services, conn: Connection, chat_id: str, gone: set[str]) -> int:
+    """Unpinned memories this chat derived only from deleted messages go with them (never pinned
+    ones, RV11, and never a person's)."""
+    rows = conn.execute("SELECT id, source_message_ids FROM memories WHERE chat_id=? AND pinned=0 AND"
+                        " actor != 'user' AND source_message_ids != '[]'", (chat_id,)).fetchall()
+    doomed = [r["id"] for r in rows if set(loads(r["source_message_ids"])) <= gone]
+    for memory_id in doomed:
+        memories.delete(svc, memory_id, "background")
+    return len(doomed)
+
+
 def delete_message(svc: Services, chat_id: str, message_id: str) -> dict[str, Any]:
     """Delete one message and what was derived only from it (summaries, memories, …)."""
     chats.get(svc, chat_id)
     with svc.db.write() as conn:
         row = messages.get_row(conn, chat_id, message_id)
         removed = {"messages": messages.delete_rows(conn, [row])}
+        removed["summaries"] = summaries.forget_messages(svc, conn, chat_id, [row])
+        sessions.mark_stale(conn, chat_id, [row])
+        removed["memories"] = _forget_memories(svc, conn, chat_id, {message_id})
         for fn in list(_ON_MESSAGES_DELETED):
             _merge_counts(removed, fn(svc, conn, chat_id, [message_id]))
     return {"deleted": message_id, "chat_id": chat_id, "removed": removed}
@@ -95,7 +110,11 @@ def delete_chat(svc: Services, chat_id: str) -> dict[str, Any]:
     with svc.db.write() as conn:
         if chats.fetch(conn, chat_id) is None:
             raise NotFound("chat_not_found", f"No chat with id {chat_id!r}.")
-        removed = {"messages": messages.delete_chat(conn, chat_id)}
+        removed = {"messages": messages.delete_chat(conn, chat_id),
+                   "summaries": summaries.delete_for_chat(conn, chat_id),
+                   "sessions": sessions.delete_for_chat(conn, chat_id),
+                   "notes": notes.delete_for_chat(conn, chat_id),
+                   "jobs": jobs.delete_for_chat(conn, chat_id)}
         for fn in list(_ON_CHAT_DELETED):
             _merge_counts(removed, fn(svc, conn, chat_id))
         conn.execute("DELETE FROM chats WHERE id=?", (chat_id,))  # members go by ON DELETE CASCADE
@@ -132,5 +151,9 @@ def _tables_with_chat_id(conn: Connection) -> list[str]:
 # --- rollback (RV10) -------------------------------------------------------------------------
 def rollback_turn(svc: Services, conn: Connection, chat_id: str, turn_id: str) -> dict[str, int]:
     """What a regenerated turn's jobs wrote, and its jobs: summaries, notes, queued work."""
-    removed: dict[str, int] = {}
+    gone = jobs.rollback_turn(conn, chat_id, turn_id)  # first: a late result is then discarded
+    deep_memory.release(conn, gone)
+    removed: dict[str, int] = {"jobs": len(gone)}
+    _merge_counts(removed, summaries.rollback_turn(svc, conn, chat_id, turn_id))
+    _merge_counts(removed, notes.rollback_turn(conn, chat_id, turn_id))
     return removed

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from . import index
+from . import index, prompts
 from .clock import parse_iso, to_iso
 from .db import Connection, loads
 from .errors import NotFound, Unprocessable
@@ -35,6 +35,14 @@ def to_dict(row: Any) -> dict[str, Any]:
         "session_n": row["session_n"], "summary_id": row["summary_id"],
         "created_at": row["created_at"], "updated_at": row["updated_at"], "version": row["version"],
     }
+
+
+def chat_message(svc: Services, row: Any) -> prompts.ChatMessage:
+    """A message as a job's prompt sees it; a very long one is cut (its start kept)."""
+    limit = int(svc.settings.prompt_message_max_tokens)
+    text = row["text"] if row["tokens"] <= limit else svc.tokens.truncate(row["text"], limit)
+    return prompts.ChatMessage(id=row["id"], speaker=row["name"] or row["role"], text=text,
+                               role=row["role"], character_id=row["speaker_id"], sent_at=row["sent_at"])
 
 
 # --- reading ---------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
@@ -15,13 +16,15 @@ from .tokens import TokenCounter
 
 @dataclass
 class Services:
-    """Settings, the database, the embedder, the token counter and the clock."""
+    """Settings, the database, the embedder, the token counter, the clock and the job wake-up."""
 
     settings: Settings
     db: Database
     embedder: Embedder
     tokens: TokenCounter
     clock: Clock
+    # Set when a job is enqueued, so the background worker wakes at once (jobs.py).
+    jobs_wake: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
     _caches: dict[str, OrderedDict] = field(default_factory=dict, repr=False)
 
     def cached(self, name: str, key: Hashable, compute: Callable[[], Any], size: int = 256) -> Any:

@@ -41,7 +41,9 @@ def overrides() -> dict[str, Any]:
 @pytest.fixture
 def settings(tmp_path, overrides):
     # NORMAL: same semantics as FULL, without an fsync per commit (the suite writes thousands).
-    values = {"data_dir": str(tmp_path / "data"), "token": TOKEN, "sqlite_synchronous": "NORMAL", **overrides}
+    # No background worker: tests run jobs deterministically (jobs.run_pending); one test starts it.
+    values = {"data_dir": str(tmp_path / "data"), "token": TOKEN, "sqlite_synchronous": "NORMAL",
+              "worker_enabled": False, **overrides}
     return load_settings(values, environ={})
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from flask import Flask
 
-from . import characters, chats, context, conversation, health, lore, memories
+from . import (characters, chats, context, conversation, health, jobs, lore, memories, notes,
+               summaries)
 
-BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp, conversation.bp, lore.bp, context.bp]
+BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp, conversation.bp, summaries.bp,
+              notes.bp, jobs.bp, lore.bp, context.bp]
 
 
 def register(app: Flask) -> None:
