@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import chats, lore, memories, sheets
+from . import chats, lore, memories, notes, sessions, sheets, summaries
 from .assemble import (
     Assembly,
     Candidates,
@@ -150,12 +150,9 @@ def all_cards(svc: Services) -> tuple[LoreCard, ...]:
 # --- sources: one small function each ------------------------------------------------------------
 
 def history(svc: Services, chat: dict[str, Any], turn: Turn) -> list[Message]:
-    """The live window (RV2), oldest -> newest. Empty until the transcript store exists."""
-    window = _optional("summaries", "live_window")
-    if window is None:
-        return []
-    return [Message(m["id"], m["text"], m.get("role", "user"), m.get("name") or "")
-            for m in window(svc, chat["id"], turn.context_tokens)]
+    """The chat's live window for this context size (RV2), oldest -> newest."""
+    return [Message(m["id"], m["text"], m["role"], m["name"] or "")
+            for m in summaries.live_window(svc, chat["id"], turn.context_tokens)]
 
 
 def character_sheets(svc: Services, the_cast: Cast, present: dict[str, str],
@@ -188,20 +185,14 @@ def card_stats(conn: Connection, chat_id: str) -> dict[str, CardStats]:
 
 
 def campaign_notes(svc: Services, chat_id: str) -> list[Item]:
-    """Open campaign notes, most pressing first (SW3). Empty until notes exist."""
-    open_notes = _optional("notes", "open_notes")
-    if open_notes is None:
-        return []
-    return [Item(n["id"], n["text"]) for n in open_notes(svc, chat_id)]
+    """The chat's open campaign notes, most pressing first (SW3)."""
+    return [Item(n["id"], n["text"]) for n in notes.open_notes(svc, chat_id)]
 
 
 def story_summary(svc: Services, chat_id: str) -> list[Item]:
-    """The latest full session summary, the previous short ones, the rolling tiers (SW2, RV3).
-    Empty until summaries exist."""
-    parts = _optional("sessions", "story_summary_parts")
-    if parts is None:
-        return []
-    return [Item(p["id"], p["text"] or "") for p in parts(svc, chat_id)]
+    """The latest full session summary, the 5 previous short ones, then the long-term,
+    consolidated and recent summaries (SW2, RV3), in sessions.story_summary_parts' order."""
+    return [Item(p["id"], p["text"] or "") for p in sessions.story_summary_parts(svc, chat_id)]
 
 
 @dataclass(frozen=True)
@@ -243,16 +234,6 @@ def similarity(conn: Connection, vector: np.ndarray, kind: str, ref_ids: Sequenc
         f" JOIN docs_vec v ON v.rowid = d.id WHERE d.kind=? AND d.ref_id IN ({marks})",
         [np.asarray(vector, dtype=np.float32).tobytes(), kind, *ref_ids])
     return {ref: 1.0 - float(distance) for ref, distance in rows}
-
-
-def _optional(module: str, name: str) -> Any:
-    """A source function of a module that may not exist yet (built in parallel branches)."""
-    import importlib
-
-    try:
-        return getattr(importlib.import_module(f"{__package__}.{module}"), name, None)
-    except ImportError:
-        return None
 
 
 # --- the turn -------------------------------------------------------------------------------------

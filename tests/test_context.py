@@ -334,14 +334,6 @@ def api_with_store(api):
 
 # --- with the transcript: the scan window and history through the route ---------------------------
 
-def needs_live_window():
-    """These tests read the chat's live window (summaries.live_window, issue 3)."""
-    from server_plugin import context
-
-    if context._optional("summaries", "live_window") is None:
-        pytest.skip("the live window (summaries.live_window) is not on this branch yet")
-
-
 def post_messages(api, chat_id, texts):
     """Messages m1..mN, oldest first, alternating player and narrator."""
     body = {"messages": [{"id": f"m{i + 1}", "role": "user" if i % 2 == 0 else "assistant",
@@ -354,7 +346,6 @@ def post_messages(api, chat_id, texts):
 def test_qs6_scan_window_through_the_route(api, card_tokens, actions):
     """rule QS6: with 400/500/501/900 tokens for story cards, the 4/4/5/9 latest actions are
     scanned: exactly the cards named in those actions fire, end to end."""
-    needs_live_window()
     chat(api)
     cards = {k: card(api, f"Card{k}", [f"key{k}"], text=f"Fact {k}.") for k in range(1, 13)}
     # Message m12 (the last action) names key1, m11 names key2, ... m1 names key12.
@@ -374,7 +365,6 @@ def test_qs6_scan_window_through_the_route(api, card_tokens, actions):
 def test_qs7_history_is_the_live_window_newest_first(api):
     """rule QS7/RV2: history comes from the chat's live window; the last action is counted once
     and live_message_ids lists what the client should keep, oldest first."""
-    needs_live_window()
     chat(api)
     texts = [f"Line {i} of the tale." for i in range(1, 9)]
     post_messages(api, "c1", texts)
@@ -383,3 +373,27 @@ def test_qs7_history_is_the_live_window_newest_first(api):
     assert ids(section(out, "history")["included"]) == [f"m{i}" for i in range(7, 0, -1)]
     assert out["live_message_ids"] == [f"m{i}" for i in range(1, 9)]
     assert section(out, "history")["used"] == sum(C.count(t) for t in texts[:-1])
+
+
+def test_sw2_sw3_story_summary_and_open_notes_reach_the_context(api, services):
+    """rules SW2/SW3: after a session ends (extractive jobs run), its summary is the story summary;
+    the chat's open notes are campaign notes, most pressing first; resolved ones stay out."""
+    from chatkit import drain, setup_chat, turns
+
+    setup_chat(api)
+    turns(api, 0, 6)
+    expect_ok(api.post("/v1/chats/c1/sessions/end", json={}))
+    drain(services)
+    urgent = expect_ok(api.post("/v1/chats/c1/notes", json={"text": "The lantern thief is loose.",
+                                                             "priority": 5}), 201)["note"]["id"]
+    later = expect_ok(api.post("/v1/chats/c1/notes", json={"text": "Repay the ferryman.",
+                                                            "priority": 1}), 201)["note"]["id"]
+    done = expect_ok(api.post("/v1/chats/c1/notes", json={"text": "Find the mill.",
+                                                           "priority": 3}), 201)["note"]["id"]
+    expect_ok(api.patch(f"/v1/notes/{done}", json={"status": "resolved"}))
+    out = turn(api, speaker="ayla.png", text="Kai looks around.", ctx=8000)
+    assert ids(section(out, "campaign_notes")["included"]) == [urgent, later]
+    summary = section(out, "story_summary")["included"]
+    assert ids(summary)[0] == "session:1:full"
+    assert block(out, "story_summary").startswith("[Story so far]\n")
+    assert "Find the mill." not in json.dumps(out)
