@@ -48,7 +48,7 @@ from .assemble import (
 from .db import Connection, loads
 from .errors import NotFound
 from .services import Services
-from .triggers import CastMember, present_characters
+from .triggers import CastMember, TriggerIndex, present_characters
 from .visibility import can_see
 
 # Generation types that re-run the current turn: they never count as a new use of a card.
@@ -170,12 +170,22 @@ def character_sheets(svc: Services, the_cast: Cast, present: dict[str, str],
     return items
 
 
-def story_cards(svc: Services, viewer_id: str) -> list[Card]:
-    """The enabled story cards the speaker may know (SW9b)."""
+def card_index(svc: Services) -> TriggerIndex:
+    """Every enabled card's triggers by word, built once per change of the lore table."""
+    return svc.cached("context_card_index", generation(svc, "lore"), lambda: TriggerIndex(
+        (c.card.id, c.card.triggers) for c in all_cards(svc)), size=2)
+
+
+def story_cards(svc: Services, viewer_id: str, texts: Sequence[str]) -> list[Card]:
+    """The enabled story cards the speaker may know (SW9b) that could fire in `texts` (every
+    text any scan window may hold) or need no trigger. The assembler decides which fire: this
+    only spares it (and the report) hundreds of cards none of whose trigger words occur."""
     def visible() -> list[Card]:
         return [c.card for c in all_cards(svc) if can_see(viewer_id, c.known_by)]
 
-    return svc.cached("context_cards_for", (generation(svc, "lore"), viewer_id), visible, size=256)
+    cards = svc.cached("context_cards_for", (generation(svc, "lore"), viewer_id), visible, size=256)
+    candidates = card_index(svc).candidates(texts)
+    return [c for c in cards if c.always or c.id in candidates]
 
 
 def card_stats(conn: Connection, chat_id: str) -> dict[str, CardStats]:
@@ -265,7 +275,8 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
         pinned_memories=saved.pinned,
         character_sheets=character_sheets(svc, the_cast, present, turn.speaker_id),
         campaign_notes=campaign_notes(svc, chat["id"]),
-        story_cards=story_cards(svc, turn.speaker_id),
+        story_cards=story_cards(svc, turn.speaker_id, [m.text for m in messages] + (
+            [last.text] if last is not None else [])),
         card_stats=card_stats(conn, chat["id"]),
         # With the bank off, the per-turn set still goes in, unranked, so the report shows it
         # left out for that reason (`memory_bank_off`).
@@ -314,7 +325,8 @@ def record_turn(svc: Services, chat: dict[str, Any], turn: Turn, last: Message |
     if not new_turn and chat["context_tokens"] == turn.context_tokens:
         return  # nothing to write: a swipe with the same budget costs no write
     now = svc.clock.iso()
-    with svc.db.write() as conn:
+    # Soft state (statistics, the last budget): committed without waiting for the disk.
+    with svc.db.write(durable=False) as conn:
         if chat["context_tokens"] != turn.context_tokens:
             conn.execute("UPDATE chats SET context_tokens=? WHERE id=?", (turn.context_tokens, chat["id"]))
         if not new_turn:

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from server_plugin.tokens import get_counter
+from server_plugin.triggers import ScanWindow, TriggerIndex
 
 C = get_counter()
 
@@ -397,3 +398,40 @@ def test_sw2_sw3_story_summary_and_open_notes_reach_the_context(api, services):
     assert ids(summary)[0] == "session:1:full"
     assert block(out, "story_summary").startswith("[Story so far]\n")
     assert "Find the mill." not in json.dumps(out)
+
+
+# --- speed helpers must not change results --------------------------------------------------------
+
+WORDY = st.text(alphabet=st.sampled_from(list("ab c-+!?\n")), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(cards=st.lists(st.lists(WORDY, max_size=3), max_size=8), texts=st.lists(WORDY, max_size=5))
+def test_qs6_card_prefilter_is_a_superset_of_what_fires(cards, texts):
+    """rule QS6: the trigger index may only spare cards that cannot fire; every card whose
+    trigger occurs (ScanWindow, the exact rule) is among the candidates."""
+    index = TriggerIndex((f"k{i}", triggers) for i, triggers in enumerate(cards))
+    window = ScanWindow(texts)
+    fired = {f"k{i}" for i, triggers in enumerate(cards) if window.hits(triggers)}
+    assert fired <= index.candidates(texts)
+
+
+def test_soft_state_write_skips_the_disk_wait_and_restores_the_pragma(overrides, request):
+    """db.write(durable=False) (used for card statistics) commits with synchronous=NORMAL, and the
+    writer is back to the configured FULL afterwards, also after a failed transaction."""
+    overrides["sqlite_synchronous"] = "FULL"
+    services = request.getfixturevalue("services")
+    pragma = lambda conn: conn.execute("PRAGMA synchronous").fetchone()[0]  # noqa: E731
+    assert pragma(services.db._writer) == 2  # FULL
+    with services.db.write(durable=False) as conn:
+        assert pragma(conn) == 1  # NORMAL for this transaction
+        conn.execute("UPDATE generations SET n = n + 1 WHERE name='lore'")
+    assert pragma(services.db._writer) == 2
+    with pytest.raises(ZeroDivisionError):
+        with services.db.write(durable=False):
+            1 / 0
+    assert pragma(services.db._writer) == 2
+    with services.db.write() as conn:
+        assert pragma(conn) == 2
+    assert services.db.reader().execute(
+        "SELECT n FROM generations WHERE name='lore'").fetchone()[0] == 1
