@@ -78,32 +78,33 @@ class ScanWindow:
 class TriggerIndex:
     """Which cards could fire in some texts, found without matching every trigger.
 
-    A trigger can occur as whole words in a text only if each of its words is one of the text's
-    words; so a card is a candidate when the first word of one of its triggers occurs in the
-    texts. A superset: the exact match (ScanWindow) still decides. A trigger with no word at all
-    ("???") makes its card a candidate always.
+    A trigger can occur as whole words in a text only if each of its words is one of the texts'
+    words; a card is a candidate when that holds for one of its triggers. A superset: the exact
+    match (ScanWindow) still decides. A trigger with no word at all ("???") makes its card a
+    candidate always.
     """
 
     def __init__(self, cards: Iterable[tuple[str, Sequence[str]]]) -> None:
-        self._by_word: dict[str, set[str]] = {}
+        self._by_word: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
         self._unindexed: set[str] = set()
         for card_id, triggers in cards:
             for trigger in triggers:
-                words = _WORD.findall(_normalized_trigger(trigger))
+                words = tuple(_WORD.findall(_normalized_trigger(trigger)))
                 if words:
-                    self._by_word.setdefault(words[0], set()).add(card_id)
+                    self._by_word.setdefault(words[0], []).append((card_id, words[1:]))
                 elif trigger.strip():
                     self._unindexed.add(card_id)
 
     def candidates(self, texts: Iterable[str]) -> set[str]:
-        """Ids of the cards one of whose triggers may occur in `texts`."""
-        found = set(self._unindexed)
+        """Ids of the cards one of whose triggers has all its words in `texts`."""
         seen: set[str] = set()
         for text in texts:
-            for word in _WORD.findall(normalize(text)):
-                if word not in seen:
-                    seen.add(word)
-                    found.update(self._by_word.get(word, ()))
+            seen.update(_WORD.findall(normalize(text)))
+        found = set(self._unindexed)
+        for word in seen:
+            for card_id, rest in self._by_word.get(word, ()):
+                if card_id not in found and all(w in seen for w in rest):
+                    found.add(card_id)
         return found
 
 
