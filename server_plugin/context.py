@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import chats, lore, memories, notes, sessions, sheets, summaries
+from . import chats, conversation, lore, memories, notes, sessions, sheets, summaries
 from .assemble import (
     Assembly,
     Candidates,
@@ -341,3 +341,12 @@ def record_turn(svc: Services, chat: dict[str, Any], turn: Turn, last: Message |
                      " action_key=excluded.action_key, updated_at=excluded.updated_at",
                      (chat["id"], number, key, now))
         lore.record_fired(conn, chat["id"], list(out.fired_triggers), number, now)
+
+
+@conversation.on_chat_deleted
+def _forget_chat(svc: Services, conn: Connection, chat_id: str) -> dict[str, int]:
+    """A deleted chat takes its card statistics and turn counter with it (a rename moves them:
+    conversation.rename_chat rewrites every `chat_id` column)."""
+    return {"lore_stats": conn.execute("DELETE FROM lore_stats WHERE chat_id=?", (chat_id,)).rowcount,
+            "context_turns": conn.execute("DELETE FROM context_turns WHERE chat_id=?",
+                                          (chat_id,)).rowcount}

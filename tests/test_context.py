@@ -277,6 +277,25 @@ def test_qs5_a_swipe_or_a_repeated_call_is_not_a_new_use(api, services):
     assert uses() == (2, 2)
 
 
+def test_qs5_statistics_listed_follow_a_rename_and_go_with_the_chat(api, services):
+    """rule QS5: a chat's card statistics are listed for the panel; a renamed chat keeps them,
+    a deleted chat takes them (and its turn counter) with it."""
+    chat(api)
+    alpha = card(api, "Alpha", ["alpha"])
+    turn(api, text="alpha")
+    turn(api, text="alpha again")
+    stats = expect_ok(api.get("/v1/lore/stats?chat_id=c1"), 200, "lore_stats.response")["stats"]
+    assert [(s["lore_id"], s["uses"], s["last_turn"]) for s in stats] == [(alpha, 2, 2)]
+    expect_ok(api.post("/v1/chats/c1/rename", json={"new_id": "c2"}))
+    assert expect_ok(api.get("/v1/lore/stats?chat_id=c1"))["stats"] == []
+    assert expect_ok(api.get("/v1/lore/stats?chat_id=c2"))["stats"][0]["uses"] == 2
+    out = turn(api, chat="c2", text="alpha once more")
+    assert section(out, "story_cards")["included"][0]["detail"].startswith("action 0; uses 2")
+    removed = expect_ok(api.delete("/v1/chats/c2"))["removed"]
+    assert removed["lore_stats"] == 1 and removed["context_turns"] == 1
+    assert services.db.reader().execute("SELECT count(*) FROM context_turns").fetchone()[0] == 0
+
+
 def test_rv2_context_tokens_remembered_on_the_chat(api):
     """RV2: the chat remembers the context size it was last assembled for (its live window)."""
     chat(api)

@@ -27,6 +27,12 @@ def import_lore() -> tuple[dict, int]:
     return result, 200 if data.get("dry_run") else 201
 
 
+@bp.get("/lore/stats")
+def lore_stats() -> dict:
+    args = query("lore_stats.query")
+    return {"stats": lore.stats_list(svc(), args["chat_id"])}
+
+
 @bp.get("/lore/<lore_id>")
 def get_lore(lore_id: str) -> dict:
     return {"entry": lore.get(svc(), path_id(lore_id, "lore id"))}
