@@ -8,8 +8,8 @@
    speaker (visibility.py decides; nothing here does): client texts, pinned memories (RV11),
    sheets of present characters (SW1), story cards the speaker may know with their per-chat
    statistics (QS5), open campaign notes (SW3), story summary parts (SW2), the memory bank
-   (QS8: the RV7 per-turn unpinned set plus search results, ranked by similarity to the last
-   action);
+   (QS8: the RV7 per-turn unpinned set, ranked by cosine similarity to the last action; search
+   results join it once search.py exists);
 4. `assemble()` — every budget rule lives there;
 5. `record_turn()`: a new turn (not a swipe, a regenerate or a repeated call for the same action)
    counts one use for each card whose triggers fired; the chat remembers `context_tokens` (for the
