@@ -11,9 +11,10 @@
    (QS8: the RV7 per-turn unpinned set, ranked by cosine similarity to the last action; search
    results join it once search.py exists);
 4. `assemble()` — every budget rule lives there;
-5. `record_turn()`: a new turn (not a swipe, a regenerate or a repeated call for the same action)
-   counts one use for each card whose triggers fired; the chat remembers `context_tokens` (for the
-   live window of the compaction after the turn, RV2). Nothing is written when nothing changed.
+5. `record_turn()`: the chat remembers `context_tokens` (for the live window of the compaction
+   after the turn, RV2); a new turn (not a swipe, a regenerate or a repeated call for the same
+   action) counts one use for each card whose triggers fired. Nothing is written when nothing
+   changed.
 
 Speed: what is stable between turns is cached — the cast and rendered sheets until a character
 changes, the parsed story cards until lore changes (per-table change counters kept by SQL
@@ -316,21 +317,18 @@ def action_key(turn: Turn, last: Message | None) -> str:
 
 def record_turn(svc: Services, chat: dict[str, Any], turn: Turn, last: Message | None,
                 out: Assembly) -> None:
-    """Count the cards that fired (a new turn only) and remember `context_tokens` (RV2)."""
+    """Remember `context_tokens` (RV2) and, on a new turn, count the cards that fired (QS5)."""
+    summaries.remember_context_tokens(svc, chat["id"], turn.context_tokens)  # writes on change only
     key = action_key(turn, last)
-    counts = turn.generation_type not in SAME_TURN_TYPES
-    state = svc.db.reader().execute("SELECT turn, action_key FROM context_turns WHERE chat_id=?",
+    if turn.generation_type in SAME_TURN_TYPES:
+        return
+    state = svc.db.reader().execute("SELECT action_key FROM context_turns WHERE chat_id=?",
                                     (chat["id"],)).fetchone()
-    new_turn = counts and (state is None or state["action_key"] != key)
-    if not new_turn and chat["context_tokens"] == turn.context_tokens:
-        return  # nothing to write: a swipe with the same budget costs no write
+    if state is not None and state["action_key"] == key:
+        return  # the same action asked again: not a new turn
     now = svc.clock.iso()
-    # Soft state (statistics, the last budget): committed without waiting for the disk.
+    # Soft state (statistics): committed without waiting for the disk.
     with svc.db.write(durable=False) as conn:
-        if chat["context_tokens"] != turn.context_tokens:
-            conn.execute("UPDATE chats SET context_tokens=? WHERE id=?", (turn.context_tokens, chat["id"]))
-        if not new_turn:
-            return
         row = conn.execute("SELECT turn, action_key FROM context_turns WHERE chat_id=?",
                            (chat["id"],)).fetchone()
         if row is not None and row["action_key"] == key:

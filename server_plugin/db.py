@@ -14,7 +14,7 @@ import sqlite3 as _stdlib_sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import sqlite_vec
 
@@ -122,6 +122,7 @@ class Database:
                     self._local.write_depth = depth
                 return
             self._local.write_depth = 1
+            self._local.after_commit = []
             relaxed = not durable and self.synchronous in ("FULL", "EXTRA")
             try:
                 if relaxed:
@@ -140,6 +141,17 @@ class Database:
                 self._local.write_depth = 0
                 if relaxed:
                     self._writer.execute(f"PRAGMA synchronous={self.synchronous}")
+                callbacks, self._local.after_commit = self._local.after_commit, []
+        for callback in callbacks:  # committed (an error would have left above): outside the lock
+            callback()
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the current write transaction has committed (at once outside one;
+        never if it rolls back): e.g. wake a thread that will read what was just written."""
+        if getattr(self._local, "write_depth", 0):
+            self._local.after_commit.append(callback)
+        else:
+            callback()
 
     def _begin(self) -> None:
         self._writer.execute("BEGIN IMMEDIATE")

@@ -172,7 +172,8 @@ def enqueue(svc: Services, kind: str, *, chat_id: str | None = None, turn_id: st
             " payload, created_at, updated_at) VALUES (?,?,?,?,?,'pending',?,?,?,?,?)",
             (job_id, kind, chat_id, turn_id, ref, int(svc.settings.job_max_attempts), now,
              dumps(payload), now, now))
-    svc.jobs_wake.set()
+        # Wake the worker once the job is committed: woken earlier, it would not see the job yet.
+        svc.db.after_commit(svc.jobs_wake.set)
     return job_id
 
 
@@ -407,7 +408,7 @@ def retry(svc: Services, job_id: str) -> dict[str, Any]:
         now = svc.clock.iso()
         conn.execute("UPDATE jobs SET state='pending', attempts=0, not_before=?, error=NULL,"
                      " finished_at=NULL, updated_at=? WHERE id=?", (now, now, job_id))
-    svc.jobs_wake.set()
+        svc.db.after_commit(svc.jobs_wake.set)
     return get(svc, job_id)
 
 

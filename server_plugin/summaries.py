@@ -40,6 +40,17 @@ def context_tokens_of(svc: Services, conn: Connection, chat_id: str) -> int:
     return int(value or svc.settings.default_context_tokens)
 
 
+def remember_context_tokens(svc: Services, chat_id: str, context_tokens: int) -> bool:
+    """Record the context size a chat was just assembled for (RV2: the compaction after the turn
+    then uses the same window the prompt did). Writes only when it changed; True if it did."""
+    row = svc.db.reader().execute("SELECT context_tokens FROM chats WHERE id=?", (chat_id,)).fetchone()
+    if row is None or row[0] == context_tokens:
+        return False
+    with svc.db.write() as conn:
+        return conn.execute("UPDATE chats SET context_tokens=? WHERE id=?",
+                            (int(context_tokens), chat_id)).rowcount > 0
+
+
 def window_rows(svc: Services, conn: Connection, chat_id: str,
                 context_tokens: int | None = None) -> list[Any]:
     """The live messages as rows, newest first."""

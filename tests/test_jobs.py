@@ -309,3 +309,21 @@ def test_jobs_listing_filters(api, services):
     one = expect_ok(api.get(f"/v1/jobs/{listed['jobs'][0]['id']}"), 200, "job.response")
     assert one["job"]["ref"] == listed["jobs"][0]["ref"]
     expect_error(api.get("/v1/jobs?state=stuck"), 400, "invalid_request")
+
+
+@pytest.mark.parametrize("overrides", ["extractive"], indirect=True)
+def test_worker_is_woken_only_once_the_job_is_committed(services):
+    """enqueue inside a write: the worker's wake-up comes after the commit (woken before, it would
+    look, find nothing yet, and sleep a whole poll); a rolled-back enqueue wakes nobody."""
+    services.jobs_wake.clear()
+    with services.db.write():
+        jobs.enqueue(services, "chunk_summary", chat_id="c1", ref="s_x", target={"summary_id": "s_x"})
+        assert not services.jobs_wake.is_set()
+    assert services.jobs_wake.is_set()
+    services.jobs_wake.clear()
+    with pytest.raises(RuntimeError):
+        with services.db.write():
+            jobs.enqueue(services, "chunk_summary", chat_id="c1", ref="s_y", target={"summary_id": "s_y"})
+            raise RuntimeError("rolled back")
+    assert not services.jobs_wake.is_set()
+    assert [r["ref"] for r in job_rows(services)] == ["s_x"]

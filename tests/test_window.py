@@ -79,3 +79,14 @@ def test_rv2_live_window_uses_the_chats_remembered_context(api, services):
     api.put("/v1/chats/c1", json={"context_tokens": 16_384})
     assert len(summaries.live_window(services, "c1")) == 4096 // per
     assert len(summaries.live_window(services, "c1", context_tokens=2048)) == 512 // per
+
+
+def test_rv2_remembered_context_is_written_only_when_it_changes(api, services):
+    """The assembler records each turn's context size; an unchanged size writes nothing."""
+    setup_chat(api)
+    assert summaries.remember_context_tokens(services, "c1", 32_768) is True
+    generation = services.db.generation
+    assert summaries.remember_context_tokens(services, "c1", 32_768) is False
+    assert services.db.generation == generation
+    assert api.get("/v1/chats/c1").get_json()["chat"]["context_tokens"] == 32_768
+    assert summaries.remember_context_tokens(services, "nope", 8192) is False
