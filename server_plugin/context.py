@@ -52,6 +52,10 @@ from .services import Services
 from .triggers import CastMember, TriggerIndex, present_characters
 from .visibility import can_see
 
+# The smallest context size a chat records (shared_schema/chat.json): a smaller budget is still
+# assembled, but it is no model's real window and must not shrink the chat's live window (RV2).
+MIN_REMEMBERED_CONTEXT = 256
+
 # Generation types that re-run the current turn: they never count as a new use of a card.
 SAME_TURN_TYPES = frozenset({"swipe", "regenerate", "quiet", "impersonate"})
 
@@ -318,7 +322,8 @@ def action_key(turn: Turn, last: Message | None) -> str:
 def record_turn(svc: Services, chat: dict[str, Any], turn: Turn, last: Message | None,
                 out: Assembly) -> None:
     """Remember `context_tokens` (RV2) and, on a new turn, count the cards that fired (QS5)."""
-    summaries.remember_context_tokens(svc, chat["id"], turn.context_tokens)  # writes on change only
+    if turn.context_tokens >= MIN_REMEMBERED_CONTEXT:
+        summaries.remember_context_tokens(svc, chat["id"], turn.context_tokens)  # on change only
     key = action_key(turn, last)
     if turn.generation_type in SAME_TURN_TYPES:
         return

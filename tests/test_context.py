@@ -302,7 +302,9 @@ def test_rv2_context_tokens_remembered_on_the_chat(api):
     turn(api, ctx=4096)
     assert expect_ok(api.get("/v1/chats/c1"))["chat"]["context_tokens"] == 4096
     turn(api, ctx=16384, generation_type="swipe")
-    assert expect_ok(api.get("/v1/chats/c1"))["chat"]["context_tokens"] == 16384
+    assert expect_ok(api.get("/v1/chats/c1"), 200, "chat.response")["chat"]["context_tokens"] == 16384
+    turn(api, ctx=200)  # assembled, but no model's window: the chat keeps its size
+    assert expect_ok(api.get("/v1/chats/c1"), 200, "chat.response")["chat"]["context_tokens"] == 16384
 
 
 def test_sw7_imported_world_info_triggers_through_the_route(api):
