@@ -33,6 +33,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import chats, conversation, lore, memories, notes, sessions, sheets, summaries
+from . import sheet_drafts  # noqa: F401  (registers the session-end sheet drafts, SW1)
 from .assemble import (
     Assembly,
     Candidates,

@@ -148,6 +148,8 @@ CONTEXT = [
     _s("lore_max_chars", int, 32000, "Longest lore entry text, in characters (SW7).", 1),
     _s("lore_max_triggers", int, 100, "Most triggers one lore entry may have (QS6).", 1),
     _s("lore_import_max_entries", int, 5000, "Most entries one World Info import may hold.", 1),
+    _s("sheet_draft_min_lines", int, 2, "Lines a new named speaker must say in a session to get a drafted sheet (SW1).", 1),
+    _s("sheet_draft_quotes", int, 3, "Verbatim lines kept in a drafted sheet (SW1, SW8).", 0),
 ]
 
 ALL_SETTINGS: list[Setting] = SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES + CONVERSATION + CONTEXT

@@ -221,3 +221,37 @@ def test_card_import_sillytaverns_own_default_card(api):
     assert out["character"]["name"] == "Seraphina"
     assert "Seraphina" in out["character"]["sheet"]["description"]
     assert {e["title"] for e in out["lore"]} >= {"eldoria", "shadowfang"}
+
+
+# --- sheets grow with play (SW1) -------------------------------------------------------------
+
+def test_sw1_a_new_named_speaker_gets_a_minimal_sheet_at_session_end(api, services):
+    """rule SW1 (extractive): at session end a named speaker the cast does not know, with at least
+    two lines, gets a sheet: name, first appearance and its lines verbatim; known speakers and
+    one-line speakers get none; a person's edit then stands against the next draft."""
+    from chatkit import drain, post, setup_chat
+
+    setup_chat(api, title="The Harbour")
+    lines = [("user", "Kai", "Who runs this ferry?"),
+             ("assistant", "Old Tom", "I do, lad. Been rowing these waters forty years. Pay first."),
+             ("assistant", "Ayla", "He is honest, Kai."),
+             ("assistant", "Gull", "Caw!"),
+             ("user", "Kai", "Here is a silver coin."),
+             ("assistant", "Old Tom", "Aye, that will do.")]
+    post(api, [{"id": f"m{i}", "role": role, "name": name, "text": text,
+                "sent_at": f"2026-03-01T12:0{i}:00Z"} for i, (role, name, text) in enumerate(lines)])
+    expect_ok(api.post("/v1/chats/c1/sessions/end", json={}))
+    drain(services)
+    tom = expect_ok(api.get("/v1/characters/old-tom"), 200, "character.response")["character"]
+    assert tom["name"] == "Old Tom"
+    assert tom["sheet"] == {
+        "first_appearance": "Session 1 of The Harbour, 2026-03-01",
+        "quotes": '"I do, lad. Been rowing these waters forty years. Pay first."\n"Aye, that will do."'}
+    assert tom["field_sources"] == {"first_appearance": "background", "quotes": "background"}
+    ids = {c["id"] for c in expect_ok(api.get("/v1/characters"))["characters"]}
+    assert ids == {"ayla.png", "kai.png", "old-tom"}  # no sheet for Ayla (known) or Gull (one line)
+    # A person edits the drafted sheet: a later model proposal cannot overwrite that field.
+    put(api, "old-tom", 200, name="Old Tom", sheet={**tom["sheet"], "quotes": "(edited)"})
+    out = characters.update_sheet(services, "old-tom", {"quotes": "new", "mood": "Gruff."},
+                                  actor="model")
+    assert out["refused"] == ["quotes"] and out["applied"] == ["mood"]
