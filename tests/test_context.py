@@ -325,19 +325,21 @@ TEXTS = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ctx=st.integers(1, 3000), action=TEXTS, note=TEXTS, instructions=TEXTS, front=TEXTS,
-       bank=st.booleans(), kind=st.sampled_from(["action", "continue"]),
+       bank=st.booleans(), kind=st.sampled_from(["action", "continue"]), as_text=st.booleans(),
        speaker=st.sampled_from(["a.png", "b.png", "stranger.png"]))
 def test_budget_never_exceeded_for_random_requests(api_with_store, ctx, action, note, instructions,
-                                                   front, bank, kind, speaker):
+                                                   front, bank, kind, as_text, speaker):
     """QS1-QS8: blocks + history + last action never exceed context_tokens (real counter)."""
     out = turn(api_with_store, speaker=speaker, ctx=ctx, authors_note=note, instructions=instructions,
-               front_memory=front, memory_bank=bank, last_action={"text": action, "kind": kind})
+               front_memory=front, memory_bank=bank, last_action={"text": action, "kind": kind},
+               history_as_text=as_text)
     blocks = sum(C.count(b["text"]) for b in out["blocks"])
     assert all(C.count(b["text"]) == b["tokens"] for b in out["blocks"])
-    total = blocks + section(out, "history")["used"] + section(out, "last_action")["used"]
+    # As text, history and the last action are blocks themselves; otherwise the client sends them.
+    total = blocks if as_text else (
+        blocks + section(out, "history")["used"] + section(out, "last_action")["used"])
     assert total <= ctx
     assert out["report"]["used"] == total
-
 
 
 @pytest.fixture
@@ -351,6 +353,7 @@ def api_with_store(api):
     for i in range(4):
         memory(api, f"Pinned {i} " * 10, pinned=True)
         memory(api, f"Memory {i} " * 30)
+    post_messages(api, "c1", [f"Line {i}: the k{i % 6} road " * (1 + i % 5) for i in range(30)])
     return api
 
 
