@@ -333,7 +333,8 @@ _CARD_WHY = {
     "tags": "tags are kept in metadata only",
     "creator": "kept in metadata only",
     "character_version": "kept in metadata only",
-    "extensions": "SillyTavern extension data (talkativeness, depth prompt, linked world…) is kept in metadata only",
+    "extensions": ("SillyTavern extension data (talkativeness, depth prompt, linked world…) is "
+                   "kept in metadata only"),
     "assets": "assets are not imported",
     "source": "kept in metadata only",
 }
