@@ -141,6 +141,20 @@ def test_sw1_an_alias_mention_brings_a_sheet_in_and_its_absence_leaves_it_out(ap
     assert "Sly." not in block(out, "character_sheets")
 
 
+def test_sw1_presence_reads_the_4_latest_actions_of_the_chat(api):
+    """rule SW1/QS6: a name in one of the 4 latest actions makes a character present; a name
+    only 5 actions back does not."""
+    character(api, "bren.png", "Bren", personality="Sly.")
+    chat(api)
+    texts = ["Bren waits by the door.", "Rain.", "More rain.", "Thunder.", "Silence."]
+    post_messages(api, "c1", texts)
+    out = turn(api, text=texts[-1], last_action={"text": texts[-1], "id": "m5"})
+    assert "bren.png" not in out["report"]["present"]  # m1 is the 5th latest action
+    post_messages(api, "c1", texts[:2] + ["Bren coughs."] + texts[3:])  # m3 edited: 3rd latest
+    out = turn(api, text=texts[-1], last_action={"text": texts[-1], "id": "m5"})
+    assert out["report"]["present"]["bren.png"] == "mentioned"
+
+
 # --- SW9b: a secret of A never reaches B --------------------------------------------------------
 
 def test_sw9b_a_secret_of_a_never_appears_in_bs_context(api):
