@@ -6,6 +6,7 @@ import { testConnection } from './src/connection.js';
 import { clearPrompts } from './src/inject.js';
 import { RingBuffer, createInterceptor } from './src/interceptor.js';
 import { OutageNotifier, outageMessage } from './src/notify.js';
+import { installPanel } from './src/panel/panel.js';
 import { bindSettingsPanel } from './src/settings_panel.js';
 import { SETTINGS_KEY, withDefaults } from './src/settings.js';
 import { ChatSync, stampTurn, swipePending } from './src/sync.js';
@@ -149,4 +150,9 @@ try {
     await addSettingsDrawer();
 } catch (error) {
     console.error('[Chronicler] could not add the settings drawer:', error);
+}
+try {
+    state.panel = installPanel({ getContext: ctx, getClient: () => client(), state });
+} catch (error) {
+    console.error('[Chronicler] could not add the memory panel:', error);
 }

@@ -41,11 +41,16 @@ def list_all(svc: Services) -> list[dict[str, Any]]:
 
 
 def put(svc: Services, chat_id: str, data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """Create or replace a chat's members, title and memory switch; returns it and 'created'."""
+    """Create or replace a chat's members, title and memory switch; returns it and 'created'.
+
+    A field left out keeps its stored value (as for characters): the panel can flip the memory
+    switch without resending the members, and the extension can resend members without the switch.
+    """
     now = svc.clock.iso()
-    members = list(dict.fromkeys(data.get("member_ids", [])))  # keep order, drop repeats
     with svc.db.write() as conn:
         existing = fetch(conn, chat_id)
+        members = list(dict.fromkeys(  # keep order, drop repeats
+            data.get("member_ids", existing["member_ids"] if existing else [])))
         title = data.get("title", existing["title"] if existing else None)
         enabled = int(data.get("memory_enabled", existing["memory_enabled"] if existing else True))
         context_tokens = data.get("context_tokens", existing["context_tokens"] if existing else None)

@@ -135,6 +135,12 @@ CONVERSATION = [
     _s("jobs_list_max", int, 500, "Most jobs GET /v1/jobs returns.", 1),
 ]
 
+DRAFTS = [
+    # A person waits on the panel's dialog for these (RV9c, RV9d): short timeout, no retries.
+    _s("drafts_timeout_seconds", float, 60.0, "Longest wait for the model when a person asks for memory drafts; then the drafts come from the text itself.", 1),
+    _s("drafts_retries", int, 0, "Retries of the model call for memory drafts.", 0),
+]
+
 CONTEXT = [
     # The per-turn context (assemble.py, context.py), lore and sheets (lore.py, characters.py).
     # The first six are assemble.Rules' fields, by the same names.
@@ -152,7 +158,8 @@ CONTEXT = [
     _s("sheet_draft_quotes", int, 3, "Verbatim lines kept in a drafted sheet (SW1, SW8).", 0),
 ]
 
-ALL_SETTINGS: list[Setting] = SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES + CONVERSATION + CONTEXT
+ALL_SETTINGS: list[Setting] = (SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES + CONVERSATION + DRAFTS
+                               + CONTEXT)
 TABLE: dict[str, Setting] = {s.name: s for s in ALL_SETTINGS}
 
 

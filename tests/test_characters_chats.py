@@ -30,7 +30,11 @@ def test_chat_members_and_switch(api):
                         201, "chat.response")["chat"]
     assert created["member_ids"] == ["b.png", "a.png"] and created["memory_enabled"] is True
     updated = expect_ok(api.put("/v1/chats/c1", json={"memory_enabled": False}), 200, "chat.response")["chat"]
-    assert updated["member_ids"] == [] and updated["title"] == "Tavern" and updated["memory_enabled"] is False
+    # Fields left out keep their values: flipping the switch does not empty the members.
+    assert updated["member_ids"] == ["b.png", "a.png"] and updated["title"] == "Tavern"
+    assert updated["memory_enabled"] is False
+    emptied = expect_ok(api.put("/v1/chats/c1", json={"member_ids": []}), 200, "chat.response")["chat"]
+    assert emptied["member_ids"] == [] and emptied["memory_enabled"] is False
     assert updated["context_tokens"] == 8192
     expect_ok(api.get("/v1/chats"), 200, "chats.response")
     expect_error(api.get("/v1/chats/none"), 404, "chat_not_found")

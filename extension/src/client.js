@@ -54,6 +54,24 @@ export function errorFromResponse(status, text) {
     return new SidecarError({ status, code: `http_${status}`, message: `The sidecar answered HTTP ${status}.` });
 }
 
+/**
+ * True when the error says the route itself does not exist on this sidecar (an older version, or
+ * a feature not built yet): Flask's generic 404 `not_found` or 405 — unlike a domain 404 such as
+ * `chat_not_found`, which means the route exists and the item does not.
+ * @param {any} error
+ */
+export function isMissingRoute(error) {
+    return error instanceof SidecarError && ((error.status === 404 && error.code === 'not_found') || error.status === 405);
+}
+
+/** A query string from the defined values of `params` ('' when none). */
+export function queryString(params = {}) {
+    const parts = Object.entries(params)
+        .filter(([, v]) => v !== undefined && v !== null)
+        .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(String(v))}`);
+    return parts.length ? `?${parts.join('&')}` : '';
+}
+
 /** Percent-encode one id for a path segment (SillyTavern chat ids hold spaces and `@`). */
 export function pathId(id) {
     return encodeURIComponent(String(id));
@@ -137,4 +155,28 @@ export class SidecarClient {
     }
 
     context(body, options) { return this.request('POST', '/v1/context', { ...options, body }); }
+
+    // --- the memory panel (src/panel/). createMemory/listMemories/patchMemory/deleteMemory are the
+    // same as the h-ext branch's; when both are merged, keep one copy. ---
+    listCharacters(options) { return this.request('GET', '/v1/characters', options); }
+    getChat(chatId, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}`, options); }
+    listMemories(filters = {}, options) { return this.request('GET', `/v1/memories${queryString(filters)}`, options); }
+    createMemory(body, options) { return this.request('POST', '/v1/memories', { ...options, body }); }
+    patchMemory(id, body, options) { return this.request('PATCH', `/v1/memories/${pathId(id)}`, { ...options, body }); }
+    deleteMemory(id, actor, options) { return this.request('DELETE', `/v1/memories/${pathId(id)}${queryString({ actor })}`, options); }
+    deleteAllMemories(body, options) { return this.request('POST', '/v1/memories/delete-all', { ...options, body }); }
+    memoryDrafts(body, options) { return this.request('POST', '/v1/memories/drafts', { ...options, body }); }
+    getSummaries(chatId, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/summaries`, options); }
+    patchSummary(id, body, options) { return this.request('PATCH', `/v1/summaries/${pathId(id)}`, { ...options, body }); }
+    rebuildSummaries(chatId, options) { return this.request('POST', `/v1/chats/${pathId(chatId)}/summaries/rebuild`, { ...options, body: {} }); }
+    listSessions(chatId, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/sessions`, options); }
+    getSession(chatId, n, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/sessions/${pathId(n)}`, options); }
+    listJobs(params = {}, options) { return this.request('GET', `/v1/jobs${queryString(params)}`, options); }
+    retryJob(id, options) { return this.request('POST', `/v1/jobs/${pathId(id)}/retry`, { ...options, body: {} }); }
+    listLore(options) { return this.request('GET', '/v1/lore', options); }
+    createLore(body, options) { return this.request('POST', '/v1/lore', { ...options, body }); }
+    patchLore(id, body, options) { return this.request('PATCH', `/v1/lore/${pathId(id)}`, { ...options, body }); }
+    deleteLore(id, options) { return this.request('DELETE', `/v1/lore/${pathId(id)}`, options); }
+    importLore(body, options) { return this.request('POST', '/v1/lore/import', { ...options, body }); }
 }
+

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from flask import Flask
 
-from . import (characters, chats, context, conversation, health, jobs, lore, memories, notes,
-               summaries)
+from . import (characters, chats, context, conversation, drafts, health, jobs, lore, memories,
+               notes, summaries)
 
 BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp, conversation.bp, summaries.bp,
-              notes.bp, jobs.bp, lore.bp, context.bp]
+              notes.bp, jobs.bp, drafts.bp, lore.bp, context.bp]
 
 
 def register(app: Flask) -> None:

@@ -1,0 +1,87 @@
+// The panel's status line for background jobs (RV3, RV13): pending / running / failed, the last
+// error, and a retry. Routes: GET /v1/jobs, POST /v1/jobs/{id}/retry.
+
+import { button, el, setDisabled } from './dom.js';
+import { PANEL_LIMITS } from './limits.js';
+import { describeError, routeUnavailable } from './memory_model.js';
+import { cut } from './text.js';
+
+/**
+ * Counts of jobs by state and the most recent failure.
+ * @param {Array<{id: string, state: string, error?: string|null, updated_at?: string, created_at?: string}>} jobs
+ * @param {{pending: number, running: number, failed: number, done: number}|null} [given] the sidecar's
+ *   own counts (GET /v1/jobs `counts`, over all jobs, not just the listed page)
+ */
+export function jobSummary(jobs, given = null) {
+    const counts = { pending: 0, running: 0, failed: 0, done: 0 };
+    let lastFailed = null;
+    for (const job of jobs ?? []) {
+        if (!given && job.state in counts) counts[job.state] += 1;
+        if (job.state === 'failed') {
+            const t = String(job.updated_at ?? job.created_at ?? '');
+            if (!lastFailed || t >= String(lastFailed.updated_at ?? lastFailed.created_at ?? '')) lastFailed = job;
+        }
+    }
+    if (given) Object.assign(counts, given);
+    const text = `Background jobs: ${counts.pending} pending · ${counts.running} running · ${counts.failed} failed`;
+    return { counts, lastFailed, text };
+}
+
+/**
+ * @param {import('./panel.js').PanelContext} pctx
+ */
+export function createJobsLine(pctx) {
+    const text = el('span', { class: 'chronicler-jobs-text' });
+    const error = el('span', { class: 'chronicler-jobs-error' });
+    let failed = [];
+    let timer = null;
+    const retry = button('Retry failed', { icon: 'fa-rotate-right', onClick: async () => {
+        setDisabled(retry, true);
+        for (const job of failed) {
+            try {
+                await pctx.client().retryJob(job.id);
+            } catch (e) {
+                error.textContent = describeError(e);
+            }
+        }
+        await refresh();
+    } });
+    const element = el('div', { class: 'chronicler-jobs', attrs: { role: 'status', 'aria-live': 'polite' } },
+        el('i', { class: 'fa-solid fa-gears', attrs: { 'aria-hidden': 'true' } }), text, retry, error);
+    retry.hidden = true;
+
+    async function refresh() {
+        try {
+            const answer = await pctx.client().listJobs({ state: 'failed', limit: 100 });
+            const jobs = answer?.jobs ?? [];
+            const summary = jobSummary(jobs, answer?.counts ?? null);
+            failed = jobs.filter((j) => j.state === 'failed');
+            text.textContent = summary.text;
+            error.textContent = summary.lastFailed?.error ? `Last error: ${cut(summary.lastFailed.error, 160)}` : '';
+            error.title = summary.lastFailed?.error ?? '';
+            retry.hidden = !failed.length;
+            setDisabled(retry, !failed.length);
+            element.dataset.state = failed.length ? 'failed' : summary.counts.running || summary.counts.pending ? 'busy' : 'idle';
+        } catch (e) {
+            failed = [];
+            retry.hidden = true;
+            error.textContent = '';
+            const missing = await routeUnavailable(e, pctx.client());
+            text.textContent = missing ? 'Background jobs: this sidecar does not report them yet.' : `Background jobs: ${describeError(e)}`;
+            element.dataset.state = 'unknown';
+        }
+    }
+
+    return {
+        element,
+        refresh,
+        start() {
+            refresh();
+            timer = setInterval(refresh, PANEL_LIMITS.jobsPollMs);
+        },
+        stop() {
+            clearInterval(timer);
+            timer = null;
+        },
+    };
+}
