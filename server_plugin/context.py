@@ -258,6 +258,10 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     """Assemble one turn's context for the speaker; the `POST /v1/context` response."""
     turn = Turn.from_request(data)
     rules = rules_from(svc.settings)
+    # The one slow step, started first: an action's own text is the query (QS8); a Continue's
+    # is the model's last output, known once the live window is read.
+    action = turn.last_action
+    query = _start_query(svc, action.text) if turn.memory_bank and action.kind == "action" else None
     conn = svc.db.reader()
     chat = chats.fetch(conn, turn.chat_id)
     if chat is None:
@@ -266,7 +270,10 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     messages = history(svc, chat, turn)
     last, _ = resolve_last_action(messages, turn.last_action)
     bank_on = turn.memory_bank and chat["memory_enabled"]
-    query = _start_query(svc, last) if bank_on else None
+    if not bank_on:
+        query = None
+    elif query is None and last is not None:
+        query = _start_query(svc, last.text)
 
     the_cast = cast(svc)
     present = present_characters(the_cast.members,
@@ -300,10 +307,10 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
 QUERY_MAX_CHARS = 1000  # MiniLM reads ~256 word pieces; the end of a long action is its point
 
 
-def _start_query(svc: Services, last: Message | None) -> Future | None:
-    """Embed the last action in the worker thread (None: nothing to rank by, or the model is
-    still loading — then the memory bank keeps newest first rather than fail the turn)."""
-    text = last.text.strip() if last is not None else ""
+def _start_query(svc: Services, text: str) -> Future | None:
+    """Embed the query in the worker thread (None: nothing to rank by, or the model is still
+    loading — then the memory bank keeps newest first rather than fail the turn)."""
+    text = text.strip()
     if not text or not svc.embedder.ready:
         return None
     if len(text) > QUERY_MAX_CHARS:
