@@ -19,14 +19,14 @@
 Speed: what is stable between turns is cached — the cast and rendered sheets until a character
 changes, the parsed story cards until lore changes (per-table change counters kept by SQL
 triggers, see migration m004), token counts in tokens.py, the query vector in embeddings.py.
-The one query embedding (the last action) is computed in a worker thread while the database is
-read.
+The one query embedding (the last action) is computed first, in the request's own thread: on two
+cores a worker thread running it while the database is read made both slower (the model's own
+threads and the GIL contend), 44 ms against 27 ms sequential at p50 in bench/assemble_latency.py.
 """
 
 from __future__ import annotations
 
 import hashlib
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
@@ -59,8 +59,6 @@ MIN_REMEMBERED_CONTEXT = 256
 
 # Generation types that re-run the current turn: they never count as a new use of a card.
 SAME_TURN_TYPES = frozenset({"swipe", "regenerate", "quiet", "impersonate"})
-
-_EMBED_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-embed")
 
 
 @dataclass(frozen=True)
@@ -227,15 +225,14 @@ def saved_memories(svc: Services, chat: dict[str, Any], turn: Turn) -> SavedMemo
                          [m for m in chosen if not m["pinned"]])
 
 
-def memory_bank(svc: Services, turn: Turn, query: Future | None,
+def memory_bank(svc: Services, query: np.ndarray | None,
                 unpinned: Sequence[dict[str, Any]]) -> list[Item]:
     """QS8: the per-turn unpinned memories (and search results, when search exists), ranked by
     cosine similarity to the last action; ties and a missing query keep newest first."""
     items = [Item(m["id"], m["text"]) for m in unpinned]
     if query is None or not items:
         return items
-    vector = query.result()
-    scores = similarity(svc.db.reader(), vector, "memory", [i.id for i in items])
+    scores = similarity(svc.db.reader(), query, "memory", [i.id for i in items])
     order = {item.id: n for n, item in enumerate(items)}
     return sorted(items, key=lambda i: (-scores.get(i.id, -1.0), order[i.id]))
 
@@ -258,10 +255,10 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     """Assemble one turn's context for the speaker; the `POST /v1/context` response."""
     turn = Turn.from_request(data)
     rules = rules_from(svc.settings)
-    # The one slow step, started first: an action's own text is the query (QS8); a Continue's
-    # is the model's last output, known once the live window is read.
+    # The one slow step, first: an action's own text is the query (QS8); a Continue's is the
+    # model's last output, known once the live window is read.
     action = turn.last_action
-    query = _start_query(svc, action.text) if turn.memory_bank and action.kind == "action" else None
+    query = query_vector(svc, action.text) if turn.memory_bank and action.kind == "action" else None
     conn = svc.db.reader()
     chat = chats.fetch(conn, turn.chat_id)
     if chat is None:
@@ -273,7 +270,7 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     if not bank_on:
         query = None
     elif query is None and last is not None:
-        query = _start_query(svc, last.text)
+        query = query_vector(svc, last.text)
 
     the_cast = cast(svc)
     present = present_characters(the_cast.members,
@@ -293,7 +290,7 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
         card_stats=card_stats(conn, chat["id"]),
         # With the bank off, the per-turn set still goes in, unranked, so the report shows it
         # left out for that reason (`memory_bank_off`).
-        memory_bank=memory_bank(svc, turn, query, saved.unpinned),
+        memory_bank=memory_bank(svc, query, saved.unpinned),
         memory_bank_enabled=bank_on,
     )
     out = assemble(candidates, turn.context_tokens, svc.tokens, rules=rules,
@@ -307,16 +304,16 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
 QUERY_MAX_CHARS = 1000  # MiniLM reads ~256 word pieces; the end of a long action is its point
 
 
-def _start_query(svc: Services, text: str) -> Future | None:
-    """Embed the query in the worker thread (None: nothing to rank by, or the model is still
-    loading — then the memory bank keeps newest first rather than fail the turn)."""
+def query_vector(svc: Services, text: str) -> np.ndarray | None:
+    """The memory bank's query (None: nothing to rank by, or the model is still loading — then
+    the bank keeps newest first rather than fail the turn)."""
     text = text.strip()
     if not text or not svc.embedder.ready:
         return None
     if len(text) > QUERY_MAX_CHARS:
         cut = text[-QUERY_MAX_CHARS:]
         text = cut.split(None, 1)[-1] if " " in cut else cut  # start on a whole word
-    return _EMBED_POOL.submit(svc.embedder.embed_one, text, svc.embed_wait())
+    return svc.embedder.embed_one(text, svc.embed_wait())
 
 
 def action_key(turn: Turn, last: Message | None) -> str:
