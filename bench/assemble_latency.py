@@ -42,6 +42,7 @@ from server_plugin.app import build_services  # noqa: E402
 from server_plugin.settings import load_settings  # noqa: E402
 
 TOKEN = "bench-token-0123456789"
+PAUSE = 0.1  # seconds between a call and the floor measurement (and back)
 CHAT = "Campaign - 2026-11-29@16h52m03s"
 WORDS = ("river stone cloud ember lantern harbour tower forest glade crown blade shadow winter "
          "market oath letter wolf raven storm bridge temple whisper garden ship ruin fire road "
@@ -204,7 +205,11 @@ def run(data_dir: str, n: int) -> None:
             elapsed = (time.perf_counter() - started) * 1000
             assert response.status_code == 200, response.text[:300]
             # The floor, interleaved so both see the same machine: one new query, same model.
+            # The pauses let the other process's model threads go idle first (they spin a while
+            # after each use; real turns are seconds apart).
+            time.sleep(PAUSE)
             floor = embed_ms(model, floor_texts[i])
+            time.sleep(PAUSE)
             if i >= 20:  # the first 20 are the warm-up
                 times.append(elapsed)
                 floors.append(floor)
