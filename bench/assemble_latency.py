@@ -166,10 +166,17 @@ def floor_model():
     return model
 
 
-def embed_ms(model, text: str) -> float:
-    started = time.perf_counter()
+def embed_ms(model, text: str) -> tuple[float, float]:
+    """Wall and CPU milliseconds of one new query embedding."""
+    started, cpu = time.perf_counter(), time.process_time()
     model.embed_one(text)
-    return (time.perf_counter() - started) * 1000
+    return (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used (Linux /proc), to compare work, not waiting."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], p: int) -> float:
@@ -196,9 +203,12 @@ def run(data_dir: str, n: int) -> None:
                 "generation_type": "normal", "memory_bank": True,
                 "instructions": sentence(rnd, 250), "authors_note": sentence(rnd, 40),
                 "plot_essentials": sentence(rnd, 120)}
-        times, floors, last = [], [], None
+        times, floors, floor_cpu, last = [], [], [], None
         print(f"load average before: {os.getloadavg()[0]:.1f}", flush=True)
+        server_cpu = 0.0
         for i, text in enumerate(texts):
+            if i == 20:
+                server_cpu = cpu_seconds(proc.pid)
             started = time.perf_counter()
             response = session.post(f"{base}/context", json={**body, "last_action": {"text": text}},
                                     timeout=30)
@@ -208,12 +218,14 @@ def run(data_dir: str, n: int) -> None:
             # The pauses let the other process's model threads go idle first (they spin a while
             # after each use; real turns are seconds apart).
             time.sleep(PAUSE)
-            floor = embed_ms(model, floor_texts[i])
+            floor, cpu = embed_ms(model, floor_texts[i])
             time.sleep(PAUSE)
             if i >= 20:  # the first 20 are the warm-up
                 times.append(elapsed)
                 floors.append(floor)
+                floor_cpu.append(cpu)
             last = response.json()
+        server_cpu = (cpu_seconds(proc.pid) - server_cpu) * 1000 / n
         print(f"load average after: {os.getloadavg()[0]:.1f}")
         describe(last)
         p50, p95 = statistics.median(times), percentile(times, 95)
@@ -229,6 +241,9 @@ def run(data_dir: str, n: int) -> None:
         extra = [t - f for t, f in zip(times, floors)]
         print(f"call minus its paired floor: p50 {statistics.median(extra):.1f} ms, "
               f"p95 {percentile(extra, 95):.1f} ms")
+        # CPU time does not grow with other processes' load: the work itself.
+        print(f"CPU per call (sidecar process, mean of {n}): {server_cpu:.1f} ms; CPU of one "
+              f"embedding alone: mean {statistics.mean(floor_cpu):.1f} ms")
     finally:
         proc.terminate()
         proc.wait(10)
