@@ -17,8 +17,8 @@
    changed.
 
 Speed: what is stable between turns is cached — the cast and rendered sheets until a character
-changes, the parsed story cards until lore changes (per-table change counters kept by SQL
-triggers, see migration m004), token counts in tokens.py, the query vector in embeddings.py.
+changes, the parsed story cards until lore changes (per-table change counters, changes.py),
+memory vectors per memory version, token counts in tokens.py, the query vector in embeddings.py.
 The one query embedding (the last action) is computed first, in the request's own thread: on two
 cores a worker thread running it while the database is read made both slower (the model's own
 threads and the GIL contend), 44 ms against 27 ms sequential at p50 in bench/assemble_latency.py.
@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import chats, conversation, lore, memories, notes, sessions, sheets, summaries
+from . import changes, chats, conversation, lore, memories, notes, sessions, sheets, summaries
 from . import sheet_drafts  # noqa: F401  (registers the session-end sheet drafts, SW1)
 from .assemble import (
     Assembly,
@@ -102,13 +102,6 @@ def rules_from(settings: Any) -> Rules:
 
 # --- change counters and caches -----------------------------------------------------------------
 
-def generation(svc: Services, name: str) -> int:
-    """The change counter of a table ('lore', 'characters'), bumped by triggers on every write."""
-    counters = svc.cached("context_generations", svc.db.generation, lambda: dict(
-        svc.db.reader().execute("SELECT name, n FROM generations").fetchall()), size=4)
-    return counters[name]
-
-
 @dataclass(frozen=True)
 class Cast:
     """Every character (as `characters.to_dict` gives them) and their names for presence."""
@@ -126,7 +119,7 @@ def cast(svc: Services) -> Cast:
         return Cast({c["id"]: c for c in rows},
                     tuple(CastMember(c["id"], c["name"], tuple(c["aliases"])) for c in rows))
 
-    return svc.cached("context_cast", generation(svc, "characters"), read, size=2)
+    return svc.cached("context_cast", changes.counter(svc, "characters"), read, size=2)
 
 
 @dataclass(frozen=True)
@@ -148,7 +141,7 @@ def all_cards(svc: Services) -> tuple[LoreCard, ...]:
                                 None if known is None else tuple(known)))
         return tuple(out)
 
-    return svc.cached("context_lore", generation(svc, "lore"), read, size=2)
+    return svc.cached("context_lore", changes.counter(svc, "lore"), read, size=2)
 
 
 # --- sources: one small function each ------------------------------------------------------------
@@ -163,7 +156,7 @@ def character_sheets(svc: Services, the_cast: Cast, present: dict[str, str],
                      viewer_id: str) -> list[Item]:
     """Sheets of the present characters that have one, in presence order, as the speaker may
     read them (secrets filtered by visibility.knows_secret inside sheets.render)."""
-    gen = generation(svc, "characters")
+    gen = changes.counter(svc, "characters")
     items = []
     for character_id in present:
         character = the_cast.by_id.get(character_id)
@@ -176,7 +169,7 @@ def character_sheets(svc: Services, the_cast: Cast, present: dict[str, str],
 
 def card_index(svc: Services) -> TriggerIndex:
     """Every enabled card's triggers by word, built once per change of the lore table."""
-    return svc.cached("context_card_index", generation(svc, "lore"), lambda: TriggerIndex(
+    return svc.cached("context_card_index", changes.counter(svc, "lore"), lambda: TriggerIndex(
         (c.card.id, c.card.triggers) for c in all_cards(svc)), size=2)
 
 
@@ -187,15 +180,15 @@ def story_cards(svc: Services, viewer_id: str, texts: Sequence[str]) -> list[Car
     def visible() -> list[Card]:
         return [c.card for c in all_cards(svc) if can_see(viewer_id, c.known_by)]
 
-    cards = svc.cached("context_cards_for", (generation(svc, "lore"), viewer_id), visible, size=256)
+    cards = svc.cached("context_cards_for", (changes.counter(svc, "lore"), viewer_id), visible, size=256)
     candidates = card_index(svc).candidates(texts)
     return [c for c in cards if c.always or c.id in candidates]
 
 
-def card_stats(conn: Connection, chat_id: str) -> dict[str, CardStats]:
-    """QS5's per-chat statistics: `last_used` is the turn the card last fired in."""
+def card_stats(conn: Connection, chat_id: str, cards: Sequence[Card]) -> dict[str, CardStats]:
+    """QS5's per-chat statistics of these cards: `last_used` is the turn the card last fired in."""
     return {k: CardStats(last_used=float(turn), uses=uses)
-            for k, (uses, turn) in lore.chat_stats(conn, chat_id).items()}
+            for k, (uses, turn) in lore.chat_stats(conn, chat_id, [c.id for c in cards]).items()}
 
 
 def campaign_notes(svc: Services, chat_id: str) -> list[Item]:
@@ -232,21 +225,39 @@ def memory_bank(svc: Services, query: np.ndarray | None,
     items = [Item(m["id"], m["text"]) for m in unpinned]
     if query is None or not items:
         return items
-    scores = similarity(svc.db.reader(), query, "memory", [i.id for i in items])
+    vectors = memory_vectors(svc, unpinned)
+    scores = {m["id"]: float(np.dot(vectors[(m["id"], m["version"])], query))
+              for m in unpinned if (m["id"], m["version"]) in vectors}
     order = {item.id: n for n, item in enumerate(items)}
     return sorted(items, key=lambda i: (-scores.get(i.id, -1.0), order[i.id]))
 
 
-def similarity(conn: Connection, vector: np.ndarray, kind: str, ref_ids: Sequence[str]) -> dict[str, float]:
-    """Cosine similarity of indexed items (by kind and ref id) to a unit query vector."""
-    if not ref_ids:
-        return {}
+def memory_vectors(svc: Services, chosen: Sequence[dict[str, Any]]) -> dict[tuple[str, int], np.ndarray]:
+    """The stored unit vectors of memories, by (id, version): read from the index once per
+    version and kept (the per-turn set changes little from turn to turn)."""
+    cache = svc.cached("context_vectors", "memory", dict, size=1)
+    wanted = [(m["id"], m["version"]) for m in chosen]
+    found = {key: cache.get(key) for key in wanted}
+    missing = [key for key, vector in found.items() if vector is None]
+    if missing:
+        if len(cache) + len(missing) > VECTOR_CACHE_SIZE:
+            cache.clear()  # old versions and forgotten memories: start over
+        versions = dict(missing)
+        for ref_id, vector in stored_vectors(svc.db.reader(), "memory", list(versions)).items():
+            cache[(ref_id, versions[ref_id])] = found[(ref_id, versions[ref_id])] = vector
+    return {key: vector for key, vector in found.items() if vector is not None}
+
+
+VECTOR_CACHE_SIZE = 20000  # 30 MB of 384-float vectors at most
+
+
+def stored_vectors(conn: Connection, kind: str, ref_ids: Sequence[str]) -> dict[str, np.ndarray]:
+    """The index's vectors of some items (by kind and ref id)."""
     marks = ",".join("?" * len(ref_ids))
     rows = conn.execute(
-        f"SELECT d.ref_id, vec_distance_cosine(v.embedding, ?) FROM docs d"
-        f" JOIN docs_vec v ON v.rowid = d.id WHERE d.kind=? AND d.ref_id IN ({marks})",
-        [np.asarray(vector, dtype=np.float32).tobytes(), kind, *ref_ids])
-    return {ref: 1.0 - float(distance) for ref, distance in rows}
+        f"SELECT d.ref_id, v.embedding FROM docs d JOIN docs_vec v ON v.rowid = d.id"
+        f" WHERE d.kind=? AND d.ref_id IN ({marks})", [kind, *ref_ids])
+    return {ref: np.frombuffer(blob, dtype=np.float32) for ref, blob in rows}
 
 
 # --- the turn -------------------------------------------------------------------------------------
@@ -277,6 +288,8 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
                                  scan_texts(messages, turn.last_action, rules.card_scan_min_actions),
                                  turn.speaker_id, chat["member_ids"], turn.present_ids)
     saved = saved_memories(svc, chat, turn)
+    cards = story_cards(svc, turn.speaker_id,
+                        [m.text for m in messages] + ([last.text] if last is not None else []))
     candidates = Candidates(
         last_action=turn.last_action, messages=messages,
         instructions=turn.instructions, plot_essentials=turn.plot_essentials,
@@ -285,9 +298,8 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
         pinned_memories=saved.pinned,
         character_sheets=character_sheets(svc, the_cast, present, turn.speaker_id),
         campaign_notes=campaign_notes(svc, chat["id"]),
-        story_cards=story_cards(svc, turn.speaker_id, [m.text for m in messages] + (
-            [last.text] if last is not None else [])),
-        card_stats=card_stats(conn, chat["id"]),
+        story_cards=cards,
+        card_stats=card_stats(conn, chat["id"], cards),
         # With the bank off, the per-turn set still goes in, unranked, so the report shows it
         # left out for that reason (`memory_bank_off`).
         memory_bank=memory_bank(svc, query, saved.unpinned),

@@ -270,10 +270,19 @@ def import_world_info(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
 
 
 # --- per-chat trigger statistics (QS5) -----------------------------------------------------------
-def chat_stats(conn: Connection, chat_id: str) -> dict[str, tuple[int, int]]:
-    """card id -> (uses, last turn it fired) in this chat."""
-    return {r[0]: (r[1], r[2]) for r in conn.execute(
-        "SELECT lore_id, uses, last_turn FROM lore_stats WHERE chat_id=?", (chat_id,))}
+def chat_stats(conn: Connection, chat_id: str,
+               lore_ids: Sequence[str] | None = None) -> dict[str, tuple[int, int]]:
+    """card id -> (uses, last turn it fired) in this chat (only these cards, if given)."""
+    if lore_ids is None:
+        rows = conn.execute("SELECT lore_id, uses, last_turn FROM lore_stats WHERE chat_id=?",
+                            (chat_id,))
+    elif not lore_ids:
+        return {}
+    else:
+        rows = conn.execute(
+            "SELECT lore_id, uses, last_turn FROM lore_stats WHERE chat_id=? AND lore_id IN"
+            f" ({','.join('?' * len(lore_ids))})", (chat_id, *lore_ids))
+    return {r[0]: (r[1], r[2]) for r in rows}
 
 
 def record_fired(conn: Connection, chat_id: str, lore_ids: Iterable[str], turn: int, now: str) -> None:

@@ -258,9 +258,11 @@ def m004_lore_and_context(conn: Connection) -> None:
     ALTER TABLE characters ADD COLUMN metadata TEXT NOT NULL DEFAULT '{}';
 
     -- Change counters: every write to these tables bumps its counter (by trigger, whoever
-    -- writes), so the per-turn context can keep parsed lore and sheets between turns.
+    -- writes), so what is read every turn can be kept until its own tables change
+    -- (server_plugin/changes.py): lore, the cast, the memories and the chats with their members.
     CREATE TABLE generations (name TEXT PRIMARY KEY, n INTEGER NOT NULL DEFAULT 0);
-    INSERT INTO generations(name, n) VALUES ('lore', 0), ('characters', 0);
+    INSERT INTO generations(name, n) VALUES ('lore', 0), ('characters', 0), ('memories', 0),
+        ('chats', 0);
     CREATE TRIGGER lore_gen_insert AFTER INSERT ON lore
         BEGIN UPDATE generations SET n = n + 1 WHERE name = 'lore'; END;
     CREATE TRIGGER lore_gen_update AFTER UPDATE ON lore
@@ -273,6 +275,24 @@ def m004_lore_and_context(conn: Connection) -> None:
         BEGIN UPDATE generations SET n = n + 1 WHERE name = 'characters'; END;
     CREATE TRIGGER characters_gen_delete AFTER DELETE ON characters
         BEGIN UPDATE generations SET n = n + 1 WHERE name = 'characters'; END;
+    CREATE TRIGGER memories_gen_insert AFTER INSERT ON memories
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'memories'; END;
+    CREATE TRIGGER memories_gen_update AFTER UPDATE ON memories
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'memories'; END;
+    CREATE TRIGGER memories_gen_delete AFTER DELETE ON memories
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'memories'; END;
+    CREATE TRIGGER chats_gen_insert AFTER INSERT ON chats
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'chats'; END;
+    CREATE TRIGGER chats_gen_update AFTER UPDATE ON chats
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'chats'; END;
+    CREATE TRIGGER chats_gen_delete AFTER DELETE ON chats
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'chats'; END;
+    CREATE TRIGGER chat_members_gen_insert AFTER INSERT ON chat_members
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'chats'; END;
+    CREATE TRIGGER chat_members_gen_update AFTER UPDATE ON chat_members
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'chats'; END;
+    CREATE TRIGGER chat_members_gen_delete AFTER DELETE ON chat_members
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'chats'; END;
     """)
 
 

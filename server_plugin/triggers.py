@@ -19,6 +19,7 @@ from typing import Iterable, Sequence
 _SPACES = re.compile(r"\s+")
 
 
+@lru_cache(maxsize=2048)  # the live window's texts come back every turn
 def normalize(text: str) -> str:
     """The form both sides are matched in: casefolded, whitespace runs collapsed to one space."""
     return _SPACES.sub(" ", text).strip().casefold()

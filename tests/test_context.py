@@ -473,3 +473,34 @@ def test_soft_state_write_skips_the_disk_wait_and_restores_the_pragma(overrides,
         assert pragma(conn) == 2
     assert services.db.reader().execute(
         "SELECT n FROM generations WHERE name='lore'").fetchone()[0] == 1
+
+
+def test_rv7_per_turn_set_cached_until_its_own_tables_change(api, services, monkeypatch):
+    """RV7 (speed): the per-turn memory selection is reused while only messages and statistics
+    are written, and recomputed as soon as a memory, the chat or a character changes."""
+    from server_plugin import memories
+
+    calls = []
+    original = memories._select_for_turn
+    monkeypatch.setattr(memories, "_select_for_turn",
+                        lambda *a: calls.append(1) or original(*a))
+    character(api, "a.png", "Ayla")
+    chat(api, members=["a.png"])
+    first = memory(api, "Ayla keeps a red kite.")
+    turn(api, speaker="a.png", text="one")  # the chat records its context size: a chat change
+    turn(api, speaker="a.png", text="one and a half")
+    calls.clear()
+    post_messages(api, "c1", ["A message arrives.", "Another."])
+    out = turn(api, speaker="a.png", text="two")
+    assert calls == []  # messages and card statistics were written: same selection
+    assert ids(section(out, "memory_bank")["included"]) == [first]
+    second = memory(api, "Ayla fears deep water.")
+    out = turn(api, speaker="a.png", text="three")
+    assert len(calls) == 1 and set(ids(section(out, "memory_bank")["included"])) == {first, second}
+    expect_ok(api.put("/v1/characters/a.png", json={"name": "Ayla", "learn_from_chat": False}))
+    out = turn(api, speaker="a.png", text="four")
+    assert len(calls) == 2 and section(out, "memory_bank")["included"] == []  # RV14
+    expect_ok(api.put("/v1/characters/a.png", json={"name": "Ayla", "learn_from_chat": True}))
+    expect_ok(api.put("/v1/chats/c1", json={"memory_enabled": False}))
+    out = turn(api, speaker="a.png", text="five")
+    assert section(out, "memory_bank")["included"] == []  # RV16
