@@ -39,6 +39,12 @@ def _normalized_trigger(trigger: str) -> str:
     return normalize(trigger)
 
 
+@lru_cache(maxsize=2048)
+def _words(normalized_text: str) -> frozenset[str]:
+    """The distinct words of a normalized text (cached: the live window returns every turn)."""
+    return frozenset(_WORD.findall(normalized_text))
+
+
 class ScanWindow:
     """Texts to search for triggers, newest first (index 0 is the latest action)."""
 
@@ -48,7 +54,7 @@ class ScanWindow:
         # a dict answers those (most triggers) without scanning every text for every trigger.
         self._newest_with_word: dict[str, int] = {}
         for i, text in enumerate(self.texts):
-            for word in _WORD.findall(text):
+            for word in _words(text):
                 self._newest_with_word.setdefault(word, i)
 
     def first_hit(self, trigger: str) -> int | None:
@@ -100,7 +106,7 @@ class TriggerIndex:
         """Ids of the cards one of whose triggers has all its words in `texts`."""
         seen: set[str] = set()
         for text in texts:
-            seen.update(_WORD.findall(normalize(text)))
+            seen.update(_words(normalize(text)))
         found = set(self._unindexed)
         for word in seen:
             for card_id, rest in self._by_word.get(word, ()):
