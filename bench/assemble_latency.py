@@ -10,7 +10,9 @@ them): the episode tables are not on this branch yet.
 Then a real sidecar process (waitress) answers 200 calls after 20 warm-up calls, each with a new
 last action (so the query embedding is never a cache hit), in a 3-member chat of the 40-character
 cast. In the same run, the time to embed one new query alone (the floor) is measured in this process
-between the calls (so both meet the same machine). Target: p95 <= 2 x floor + 15 ms.
+between the calls (so both meet the same machine). Target: p95 <= 2 x floor + 15 ms. On a shared,
+loaded machine wall times swing with other processes; the CPU time the sidecar spends per call
+against the CPU time of one embedding is printed too: that comparison does not move with load.
 
     python bench/assemble_latency.py [--requests 200] [--keep DIR]
 """
