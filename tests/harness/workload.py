@@ -96,7 +96,7 @@ class Worker:
     def _note(self, op: str, method: str, path: str, status: int, body: Any) -> None:
         self.statuses[(op, status)] += 1
         text = str(body)
-        if status >= 500 or "locked" in text.lower():
+        if status >= 500 or "database is locked" in text.lower():
             self.failures.append(f"{method} {path} -> {status}: {text[:300]}")
 
     def read(self, op: str, method: str, path: str, params: dict | None = None,
