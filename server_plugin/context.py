@@ -32,7 +32,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import changes, chats, conversation, lore, memories, notes, sessions, sheets, summaries
+from . import (changes, characters, chats, conversation, lore, memories, notes, sessions, sheets,
+               summaries)
 from . import sheet_drafts  # noqa: F401  (registers the session-end sheet drafts, SW1)
 from .assemble import (
     Assembly,
@@ -100,7 +101,7 @@ def rules_from(settings: Any) -> Rules:
     return Rules(**{f.name: int(getattr(settings, f.name)) for f in fields(Rules)})
 
 
-# --- change counters and caches -----------------------------------------------------------------
+# --- what is read once per change (changes.py) ----------------------------------------------------
 
 @dataclass(frozen=True)
 class Cast:
@@ -113,9 +114,8 @@ class Cast:
 def cast(svc: Services) -> Cast:
     """The whole cast, read once per change of the characters table."""
     def read() -> Cast:
-        from .characters import to_dict
-
-        rows = [to_dict(r) for r in svc.db.reader().execute("SELECT * FROM characters ORDER BY id")]
+        rows = [characters.to_dict(r)
+                for r in svc.db.reader().execute("SELECT * FROM characters ORDER BY id")]
         return Cast({c["id"]: c for c in rows},
                     tuple(CastMember(c["id"], c["name"], tuple(c["aliases"])) for c in rows))
 
