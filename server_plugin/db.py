@@ -104,10 +104,13 @@ class Database:
             conn.execute("COMMIT")
 
     @contextmanager
-    def write(self) -> Iterator[Connection]:
+    def write(self, durable: bool = True) -> Iterator[Connection]:
         """The one writer, in a `BEGIN IMMEDIATE` transaction: commit on success, else roll back.
 
         Re-entrant: a write() inside a write() on the same thread joins the outer transaction.
+        `durable=False` commits without waiting for the disk (synchronous=NORMAL for this one
+        transaction): for soft state such as usage statistics, which a power cut may lose but
+        never corrupt (WAL keeps it consistent); the next durable commit syncs it too.
         """
         with self._write_lock:
             depth = getattr(self._local, "write_depth", 0)
@@ -120,7 +123,10 @@ class Database:
                 return
             self._local.write_depth = 1
             self._local.after_commit = []
+            relaxed = not durable and self.synchronous in ("FULL", "EXTRA")
             try:
+                if relaxed:
+                    self._writer.execute("PRAGMA synchronous=NORMAL")
                 self._begin()
                 try:
                     yield self._writer
@@ -133,6 +139,8 @@ class Database:
                 raise self._translate(exc) from exc
             finally:
                 self._local.write_depth = 0
+                if relaxed:
+                    self._writer.execute(f"PRAGMA synchronous={self.synchronous}")
                 callbacks, self._local.after_commit = self._local.after_commit, []
         for callback in callbacks:  # committed (an error would have left above): outside the lock
             callback()

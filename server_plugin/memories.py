@@ -12,7 +12,7 @@ import uuid
 from datetime import timedelta
 from typing import Any, Iterable
 
-from . import chats, characters, index
+from . import changes, chats, characters, index
 from .clock import to_iso
 from .db import Connection, dumps, loads
 from .errors import Conflict, Forbidden, NotFound, Unprocessable
@@ -319,9 +319,13 @@ def for_turn(svc: Services, chat_id: str, speaker_id: str) -> dict[str, Any]:
     """What a character gets this turn: all pinned + up to N unpinned, newest first, spread over scopes.
 
     Asked before every generation and usually unchanged since the last one: the selection is cached
-    until the next write to the store; only `recent` (which moves with the clock) is recomputed.
+    until the memories, chats or characters change; only `recent` (which moves with the clock) is
+    recomputed.
     """
-    chosen = svc.cached("for_turn", (chat_id, speaker_id, svc.db.generation),
+    # Keyed by the tables the selection reads (changes.py), not by every write: messages and
+    # statistics are written every turn, the memories seldom.
+    key = (chat_id, speaker_id, changes.counters(svc, "memories", "chats", "characters"))
+    chosen = svc.cached("for_turn", key,
                         lambda: _select_for_turn(svc, chat_id, speaker_id))
     threshold = recent_threshold(svc)
     return {**chosen, "memories": [{**m, "recent": m["updated_at"] >= threshold}

@@ -142,7 +142,25 @@ DRAFTS = [
     _s("drafts_retries", int, 0, "Retries of the model call for memory drafts.", 0),
 ]
 
-ALL_SETTINGS: list[Setting] = SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES + CONVERSATION + DRAFTS
+CONTEXT = [
+    # The per-turn context (assemble.py, context.py), lore and sheets (lore.py, characters.py).
+    # The first six are assemble.Rules' fields, by the same names.
+    _s("context_required_percent", int, 70, "Share of the context the Required items may take before they are cut (QS3).", 1),
+    _s("context_cards_percent", int, 25, "Share of the dynamic budget for triggered story cards (QS4).", 0),
+    _s("context_history_percent", int, 50, "Share of the dynamic budget for history when the memory bank is on (QS4).", 0),
+    _s("card_scan_min_actions", int, 4, "Latest actions always scanned for story-card triggers (QS6).", 1),
+    _s("card_scan_tokens_per_action", int, 100, "Above the threshold, one more scanned action per this many card tokens (QS6).", 1),
+    _s("card_scan_threshold_tokens", int, 500, "Card tokens above which the scan window grows (QS6).", 0),
+    _s("memory_bank_search_results", int, 40, "Search results merged into the memory bank's candidates each turn (QS8).", 0),
+    _s("lore_max_chars", int, 32000, "Longest lore entry text, in characters (SW7).", 1),
+    _s("lore_max_triggers", int, 100, "Most triggers one lore entry may have (QS6).", 1),
+    _s("lore_import_max_entries", int, 5000, "Most entries one World Info import may hold.", 1),
+    _s("sheet_draft_min_lines", int, 2, "Lines a new named speaker must say in a session to get a drafted sheet (SW1).", 1),
+    _s("sheet_draft_quotes", int, 3, "Verbatim lines kept in a drafted sheet (SW1, SW8).", 0),
+]
+
+ALL_SETTINGS: list[Setting] = (SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES + CONVERSATION + DRAFTS
+                               + CONTEXT)
 TABLE: dict[str, Setting] = {s.name: s for s in ALL_SETTINGS}
 
 
@@ -266,4 +284,8 @@ def load_settings(
         raise SettingsError(f"llm_json_mode must be off, json_object or json_schema, got {values['llm_json_mode']!r}")
     if values["sqlite_synchronous"].upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
         raise SettingsError(f"sqlite_synchronous must be OFF, NORMAL, FULL or EXTRA")
+    if values["context_required_percent"] > 100:
+        raise SettingsError("context_required_percent must be at most 100")
+    if values["context_cards_percent"] + values["context_history_percent"] > 100:
+        raise SettingsError("context_cards_percent + context_history_percent must be at most 100 (QS4)")
     return Settings(values, sources)

@@ -19,6 +19,7 @@ from typing import Iterable, Sequence
 _SPACES = re.compile(r"\s+")
 
 
+@lru_cache(maxsize=2048)  # the live window's texts come back every turn
 def normalize(text: str) -> str:
     """The form both sides are matched in: casefolded, whitespace runs collapsed to one space."""
     return _SPACES.sub(" ", text).strip().casefold()
@@ -38,6 +39,12 @@ def _normalized_trigger(trigger: str) -> str:
     return normalize(trigger)
 
 
+@lru_cache(maxsize=2048)
+def _words(normalized_text: str) -> frozenset[str]:
+    """The distinct words of a normalized text (cached: the live window returns every turn)."""
+    return frozenset(_WORD.findall(normalized_text))
+
+
 class ScanWindow:
     """Texts to search for triggers, newest first (index 0 is the latest action)."""
 
@@ -47,7 +54,7 @@ class ScanWindow:
         # a dict answers those (most triggers) without scanning every text for every trigger.
         self._newest_with_word: dict[str, int] = {}
         for i, text in enumerate(self.texts):
-            for word in _WORD.findall(text):
+            for word in _words(text):
                 self._newest_with_word.setdefault(word, i)
 
     def first_hit(self, trigger: str) -> int | None:
@@ -72,6 +79,39 @@ class ScanWindow:
             index = self.first_hit(trigger)
             if index is not None:
                 found[trigger] = index
+        return found
+
+
+class TriggerIndex:
+    """Which cards could fire in some texts, found without matching every trigger.
+
+    A trigger can occur as whole words in a text only if each of its words is one of the texts'
+    words; a card is a candidate when that holds for one of its triggers. A superset: the exact
+    match (ScanWindow) still decides. A trigger with no word at all ("???") makes its card a
+    candidate always.
+    """
+
+    def __init__(self, cards: Iterable[tuple[str, Sequence[str]]]) -> None:
+        self._by_word: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+        self._unindexed: set[str] = set()
+        for card_id, triggers in cards:
+            for trigger in triggers:
+                words = tuple(_WORD.findall(_normalized_trigger(trigger)))
+                if words:
+                    self._by_word.setdefault(words[0], []).append((card_id, words[1:]))
+                elif trigger.strip():
+                    self._unindexed.add(card_id)
+
+    def candidates(self, texts: Iterable[str]) -> set[str]:
+        """Ids of the cards one of whose triggers has all its words in `texts`."""
+        seen: set[str] = set()
+        for text in texts:
+            seen.update(_words(normalize(text)))
+        found = set(self._unindexed)
+        for word in seen:
+            for card_id, rest in self._by_word.get(word, ()):
+                if card_id not in found and all(w in seen for w in rest):
+                    found.add(card_id)
         return found
 
 

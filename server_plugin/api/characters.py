@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import characters
+from .. import card_import, characters
 from .common import body, path_id, svc
 
 bp = Blueprint("characters", __name__)
@@ -15,6 +15,12 @@ def put_character(character_id: str) -> tuple[dict, int]:
     character, created = characters.put(svc(), path_id(character_id, "character id"),
                                         body("character_put.request"))
     return {"character": character}, 201 if created else 200
+
+
+@bp.post("/characters/import")
+def import_character() -> tuple[dict, int]:
+    result, created = card_import.import_card(svc(), body("character_import.request"))
+    return result, 201 if created else 200
 
 
 @bp.get("/characters")
