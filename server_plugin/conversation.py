@@ -58,7 +58,7 @@ def ingest(svc: Services, chat_id: str, raw: list[dict[str, Any]]) -> dict[str, 
         return {**_outcome(chat_id, None), "memory_enabled": False, "stored": False}
     batch = messages.normalise(svc, raw)
     vectors = {p.text: p for p in index.prepare(
-        svc.embedder, messages.texts_to_embed(svc.db.reader(), chat_id, batch), svc.embed_wait())}
+        svc, messages.texts_to_embed(svc.db.reader(), chat_id, batch), svc.embed_wait())}
     with svc.db.write() as conn:
         chat = chats.fetch(conn, chat_id)
         if chat is None:

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
-from . import chats, jobs, messages, notes, prompts, summaries
+from . import chats, index, jobs, messages, notes, prompts, summaries
 from .clock import parse_iso
 from .db import Connection, dumps, loads
 from .errors import NotFound
@@ -104,6 +104,7 @@ def place(svc: Services, conn: Connection, chat_id: str, inserted: Sequence[Any]
             n = _start(svc, conn, chat_id, sent)
             last_at = sent
         conn.execute("UPDATE messages SET session_n=? WHERE seq=?", (n, row["seq"]))
+        index.update_meta(conn, messages.KIND, str(row["seq"]), session_key=messages.session_key(chat_id, n))
         last_at = max(last_at or sent, sent)
     if n is not None:
         conn.execute("UPDATE sessions SET last_at=?, updated_at=? WHERE chat_id=? AND n=?",
