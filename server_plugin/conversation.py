@@ -138,6 +138,7 @@ def rename_chat(svc: Services, chat_id: str, new_id: str) -> dict[str, Any]:
         conn.execute("UPDATE chats SET id=?, updated_at=? WHERE id=?", (new_id, svc.clock.iso(), chat_id))
         for table in _tables_with_chat_id(conn):
             conn.execute(f'UPDATE "{table}" SET chat_id=? WHERE chat_id=?', (new_id, chat_id))
+        index.moved_chat(conn, chat_id, new_id)
         return chats.fetch(conn, new_id)  # type: ignore[return-value]
 
 

@@ -235,6 +235,23 @@ def remove(conn: Connection, kind: str, ref_ids: Iterable[str]) -> int:
     return removed
 
 
+def moved_chat(conn: Connection, old_id: str, new_id: str) -> None:
+    """After a chat rename moved every `chat_id` (conversation.rename_chat): its rows' session
+    keys (and ids made from them) follow, and they get a new revision so search sees the move."""
+    rev = _bump(conn)
+    rows = conn.execute("SELECT id, session_key, ref_id FROM docs WHERE chat_id=?", (new_id,)).fetchall()
+    for doc_id, key, ref_id in rows:
+        conn.execute("UPDATE docs SET session_key=?, ref_id=?, rev=? WHERE id=?",
+                     (_rechat(key, old_id, new_id), _rechat(ref_id, old_id, new_id), rev, doc_id))
+
+
+def _rechat(key: str | None, old_id: str, new_id: str) -> str | None:
+    """'<old chat>#<n>' -> '<new chat>#<n>' (session keys, session summaries' ids); others unchanged."""
+    if key is None or key.rpartition("#")[0] != old_id:
+        return key
+    return f"{new_id}#{key.rpartition('#')[2]}"
+
+
 def revision(conn: Connection) -> int:
     """The store's docs revision: it grows with every put, update_meta and remove."""
     row = conn.execute("SELECT value FROM search_meta WHERE key='docs_rev'").fetchone()
@@ -269,7 +286,7 @@ def backfill(conn: Connection) -> None:
         " FROM docs d LEFT JOIN messages m ON d.kind='message' AND CAST(m.seq AS TEXT)=d.ref_id").fetchall()
     for r in rows:
         speaker = (r[4] or r[5]) if r[1] == "message" else None
-        session = None if r[7] is None else f"{r[8]}:{r[7]}"
+        session = None if r[8] is None else f"{r[8]}#{'' if r[7] is None else r[7]}"
         sources = dumps([r[9]]) if r[9] is not None else None
         values = {**derive(r[2], speaker, r[3]), "speaker_name": speaker, "position": r[6],
                   "session_key": session, "rev": _bump(conn)}

@@ -207,8 +207,9 @@ def _vector(svc: Services, vectors: dict[str, index.Prepared], text: str) -> ind
 
 
 def session_key(chat_id: str, session_n: int | None) -> str:
-    """A message's neighbour group for search: its chat's session (the chat itself before one)."""
-    return chat_id if session_n is None else f"{chat_id}:{session_n}"
+    """A message's neighbour group for search: its chat's session ("<chat>#<n>"; "<chat>#" before
+    one). The chat is everything before the last "#", so two chats never share a key."""
+    return f"{chat_id}#{'' if session_n is None else session_n}"
 
 
 def _index(conn: Connection, row: Any, prepared: index.Prepared, known_by: Iterable[str]) -> None:
