@@ -526,6 +526,14 @@ def _wake(ref: "weakref.ref[SearchState]") -> None:
         state.wake.set()
 
 
+def stop(svc: Services) -> None:
+    """Stop the background thread (searches still catch up themselves); tests use it to run the
+    background passes (`maintain`, `reembed`) by hand."""
+    state = state_of(svc)
+    _stop(weakref.ref(state))
+    state.stopping = False  # the thread has left; passes called by hand run in full
+
+
 def _stop(ref: "weakref.ref[SearchState]", timeout: float = 30.0) -> None:
     """The store is closing: let the thread finish what it is doing and leave."""
     state = ref()
