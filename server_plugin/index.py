@@ -59,7 +59,8 @@ def dense_hash(text: str) -> str:
 
 
 # --- the cast (character names and aliases) --------------------------------------------------
-_CASTS: "weakref.WeakKeyDictionary[Database, tuple[int, ranking.Cast]]" = weakref.WeakKeyDictionary()
+Names = list[tuple[str, list[str]]]  # (character id, its name and aliases)
+_CASTS: "weakref.WeakKeyDictionary[Database, tuple[int, Names, ranking.Cast]]" = weakref.WeakKeyDictionary()
 
 
 def cast_version(conn: Connection) -> int:
@@ -67,22 +68,32 @@ def cast_version(conn: Connection) -> int:
     return int(row[0]) if row else 0
 
 
-def load_cast(conn: Connection) -> ranking.Cast:
-    """Every character's name and aliases, mapped to its id."""
+def load_names(conn: Connection) -> Names:
+    """Every character's name and aliases, by id."""
     rows = conn.execute("SELECT id, name, aliases FROM characters ORDER BY id").fetchall()
-    return ranking.Cast.build((r[0], [r[1], *(loads(r[2]) or [])]) for r in rows)
+    return [(r[0], [r[1], *(loads(r[2]) or [])]) for r in rows]
+
+
+def _cached(db: Database) -> tuple[int, Names, ranking.Cast]:
+    conn = db.reader()
+    version = cast_version(conn)
+    cached = _CASTS.get(db)
+    if cached is None or cached[0] != version:
+        names = load_names(conn)
+        cached = _CASTS[db] = (version, names, ranking.Cast.build(names))
+    return cached
 
 
 def store_cast(db: Database) -> tuple[int, ranking.Cast]:
     """The store's cast and its version (bumped by a trigger on every name or alias change)."""
-    conn = db.reader()
-    version = cast_version(conn)
-    cached = _CASTS.get(db)
-    if cached is not None and cached[0] == version:
-        return cached
-    found = (version, load_cast(conn))
-    _CASTS[db] = found
-    return found
+    version, _, cast = _cached(db)
+    return version, cast
+
+
+def store_names(db: Database) -> tuple[int, Names]:
+    """The characters' names and aliases behind `store_cast` (to build casts that prefer some)."""
+    version, names, _ = _cached(db)
+    return version, names
 
 
 # --- write time ------------------------------------------------------------------------------

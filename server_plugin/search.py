@@ -554,6 +554,22 @@ def status(svc: Services) -> dict[str, Any]:
 
 
 # --- the query -----------------------------------------------------------------------------------
+def query_cast(svc: Services, chat_id: str | None) -> R.Cast:
+    """The names a query is read with: every character's, but where two share a name ("John" in
+    two campaigns), the one who is a member of `chat_id` is the one meant."""
+    version, names = index.store_names(svc.db)
+    if chat_id is None:
+        return index.store_cast(svc.db)[1]
+    members = tuple(r[0] for r in svc.db.reader().execute(
+        "SELECT character_id FROM chat_members WHERE chat_id=? ORDER BY position", (chat_id,)))
+
+    def build() -> R.Cast:
+        first = [n for n in names if n[0] in members]
+        return R.Cast.build(first + [n for n in names if n[0] not in members])
+
+    return svc.cached("search_cast", (version, chat_id, members), build, size=64)
+
+
 def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: str | None = None,
            kinds: Sequence[str] | None = None, k: int = 10) -> list[dict[str, Any]]:
     """The `k` best items for `query` that the viewer may know (SW6, SW9b), best first.
@@ -566,7 +582,7 @@ def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: 
     state = state_of(svc)
     state.ensure_loaded(svc.embed_wait())
     params = params_of(svc.settings)
-    _, cast = index.store_cast(svc.db)
+    cast = query_cast(svc, chat_id)
     vector = svc.embedder.embed_one(R.dense_query_text(query, cast, params), svc.embed_wait())
     prepared = R.prepare_query(query, cast, vector, params)
     k = max(0, min(int(k), int(svc.settings.search_max_k)))
