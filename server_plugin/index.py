@@ -305,6 +305,8 @@ def backfill(conn: Connection) -> None:
             values["sources"] = sources
         conn.execute(f"UPDATE docs SET {', '.join(f'{k}=?' for k in values)} WHERE id=?",
                      (*values.values(), r[0]))
+    conn.execute("UPDATE docs SET sources = (SELECT m.source_message_ids FROM memories m WHERE m.id = docs.ref_id)"
+                 " WHERE kind = 'memory'")
 
 
 # --- integrity -------------------------------------------------------------------------------
