@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 export OPENBLAS_NUM_THREADS ?= 1
 export HF_HUB_OFFLINE := 1
 
-.PHONY: setup run test test-unit bench clean
+.PHONY: setup run test test-python test-node test-e2e bench clean
 
 setup: $(VENV)/.installed
 
@@ -16,14 +16,31 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
+# The extension's own tests need Node.js >= 20 and Ajv (package.json); skipped with a note without npm.
+node_modules/.installed: package.json package-lock.json
+	@if command -v npm >/dev/null; then npm ci --no-audit --no-fund --silent && touch $@; \
+	else echo "npm not found: the extension's node tests will be skipped"; fi
+
 run: setup
 	$(VENV)/bin/chronicler serve
 
-test: setup
+# Everything: the sidecar's pytest suite, the extension's node tests, and the end-to-end tests in
+# real SillyTavern + Chromium (skipped with the reason when Chromium or Node is missing, except under CI).
+test: setup node_modules/.installed test-node
 	$(PY) -m pytest -q
+
+test-python: setup
+	$(PY) -m pytest -q -m "not e2e"
+
+test-node: node_modules/.installed
+	@if command -v node >/dev/null; then node --test tests/extension/; fi
+
+test-e2e: setup
+	$(PY) -m pytest -q -m e2e tests/e2e
 
 bench: setup
 	$(PY) bench/for_turn.py
+	$(PY) bench/load.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis test-artifacts
+	rm -rf $(VENV) node_modules .pytest_cache .hypothesis test-artifacts

@@ -1,4 +1,4 @@
-"""The `chronicler` command: serve (and, as the product grows, install-extension, backup, import-chat)."""
+"""The `chronicler` command: serve, backup (and, as the product grows, install-extension, import-chat)."""
 
 from __future__ import annotations
 
@@ -76,6 +76,51 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def install_extension(args: argparse.Namespace) -> int:
+    """Copy (or link) the extension into SillyTavern and point it at this sidecar."""
+    from .install import InstallError, install_extension as install
+
+    settings = load_settings({"data_dir": args.data_dir})
+    try:
+        result = install(settings, sillytavern=Path(args.sillytavern) if args.sillytavern else None,
+                         data_root=Path(args.data_root) if args.data_root else None,
+                         user=args.user, link=args.link,
+                         **({"source": Path(args.source)} if args.source else {}))
+    except InstallError as exc:
+        print(f"chronicler: {exc}", file=sys.stderr)
+        return 1
+    how = "Linked" if result.linked else "Copied"
+    print(f"{how} the extension to {result.destination}")
+    print(f"Wrote {result.config_path} (sidecar {result.sidecar_url} and its token; the extension "
+          "reads it when its own settings are empty)")
+    if result.origins_added:
+        print(f"Allowed {', '.join(result.origins_added)} in {result.origins_file}")
+    elif result.origins_file:
+        print(f"SillyTavern's origins were already allowed in {result.origins_file}")
+    for note in result.notes:
+        print(f"Note: {note}")
+    print("Next: start the sidecar with `chronicler serve` (restart it if it is running, so it reads "
+          "the allowed origins), then reload SillyTavern's page. Chronicler is in the Extensions panel.")
+    return 0
+
+
+def backup(args: argparse.Namespace) -> int:
+    """Copy the store to --out (default DATA_DIR/backups/…), safely while a sidecar is serving."""
+    from .backup import BackupError, backup_database, default_backup_path
+
+    settings = load_settings({"data_dir": args.data_dir})
+    out = Path(args.out).expanduser() if args.out else default_backup_path(settings.data_path)
+    try:
+        result = backup_database(settings.data_path / settings.db_file, out.resolve(),
+                                 int(settings.busy_timeout_ms))
+    except BackupError as exc:
+        print(f"chronicler: {exc}", file=sys.stderr)
+        return 1
+    counts = ", ".join(f"{n} {table}" for table, n in result.counts.items())
+    print(f"Backup written to {result.path} ({result.bytes} bytes: {counts}); integrity check ok.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chronicler", description="Long-campaign memory for SillyTavern.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -84,6 +129,22 @@ def build_parser() -> argparse.ArgumentParser:
     p_serve.add_argument("--port", type=int, help="port (default 7711)")
     p_serve.add_argument("--data-dir", help="data folder (default: the user data folder)")
     p_serve.set_defaults(func=serve)
+
+    p_install = sub.add_parser("install-extension", help="install the SillyTavern extension and point it at this sidecar")
+    where = p_install.add_mutually_exclusive_group(required=True)
+    where.add_argument("--sillytavern", metavar="ST_DIR", help="SillyTavern's install folder (its data root is read "
+                       "from config.yaml, default ST_DIR/data)")
+    where.add_argument("--data-root", metavar="DATA_DIR", help="SillyTavern's data root (the folder holding default-user/)")
+    p_install.add_argument("--user", default="default-user", help="SillyTavern user handle (default: default-user)")
+    p_install.add_argument("--link", action="store_true", help="symlink instead of copying (for development)")
+    p_install.add_argument("--data-dir", help="this sidecar's data folder (where its token and config.toml live)")
+    p_install.add_argument("--source", help=argparse.SUPPRESS)  # another extension/ folder (tests)
+    p_install.set_defaults(func=install_extension)
+
+    p_backup = sub.add_parser("backup", help="copy the store to a file (safe while serving)")
+    p_backup.add_argument("--data-dir", help="data folder (default: the user data folder)")
+    p_backup.add_argument("--out", help="backup file (default: DATA_DIR/backups/chronicler-<time>.sqlite3)")
+    p_backup.set_defaults(func=backup)
     return parser
 
 

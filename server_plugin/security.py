@@ -17,7 +17,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from flask import Flask, g, request
+from flask import Flask, current_app, g, request
 
 from .errors import BadRequest, Forbidden, PayloadTooLarge, Unauthorized, UnsupportedMediaType
 from .settings import Settings
@@ -160,6 +160,17 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+SQLITE_INT_MIN, SQLITE_INT_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def sqlite_int(text: str) -> int:
+    """An integer that fits SQLite's 64 bits (a bigger one cannot be stored or compared there)."""
+    value = int(text)
+    if not SQLITE_INT_MIN <= value <= SQLITE_INT_MAX:
+        raise ValueError(f"the integer {text[:30]} is out of the 64-bit range")
+    return value
+
+
 def parse_json(raw: bytes, max_depth: int) -> Any:
     """Parse a request body strictly, or raise BadRequest/PayloadTooLarge with a clear message."""
     if json_depth(raw) > max_depth:
@@ -167,7 +178,8 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
                          [{"max_depth": max_depth}])
     try:
         text = raw.decode("utf-8")
-        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates,
+                           parse_int=sqlite_int)
         json.dumps(value, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be stored
     except (UnicodeError, ValueError, RecursionError) as exc:
         raise BadRequest("invalid_json", f"The body is not valid JSON: {exc}") from None
@@ -183,7 +195,10 @@ def install(app: Flask, guard: Guard) -> None:
         guard.check_host()
         guard.check_origin()
         if request.method == "OPTIONS":
-            return  # a preflight: flask-cors answers it for allowed origins
+            # A preflight from an allowed origin: answer it here, even for a path no route (or no
+            # route with that method) serves, so the browser then sends the real request and reads
+            # our JSON 404/405 instead of failing as a network error. flask-cors adds its headers.
+            return current_app.make_default_options_response()
         if request.path not in PUBLIC_PATHS:
             guard.check_token()
         if request.method in BODY_METHODS:

@@ -6,12 +6,15 @@ records every request it received so a test can read the exact prompt that reach
 
 Control, from the same process (`FakeLLM` object) or over HTTP when run as a script:
 - `script(replies)`: the next completions answer these texts in order (then the default again);
+- `script_tool_calls(calls)`: the next completion asks to call tools instead of answering text
+  (`calls`: `[{"name": ..., "arguments": {...}}]`), as an OpenAI model with function calling does;
 - `fail_next(n, status, retry_after=None)`: the next n completions fail with that HTTP status
   (and a `Retry-After` header when `retry_after` is given);
 - `garbage_next(n)`: the next n completions answer text that no strict parser accepts;
 - `delay`: seconds to wait before answering (for timeout tests);
 - `responder`: a function(request_body) -> reply text, replacing the default.
 HTTP control: `GET /_fake/requests`, `POST /_fake/reset`, `POST /_fake/script {"replies": [...]}`,
+`POST /_fake/tool_calls {"calls": [{"name": ..., "arguments": {...}}]}`,
 `POST /_fake/fail {"n": 1, "status": 500, "retry_after": 2}`, `POST /_fake/garbage {"n": 1}`, `POST /_fake/delay {"seconds": 2}`.
 
 Run alone: `python tests/fakellm.py --port 5001` (prints its base URL, ending in /v1).
@@ -89,6 +92,12 @@ class FakeLLM:
         with self._lock:
             self._scripted.extend(replies)
 
+    def script_tool_calls(self, calls: list[dict[str, Any]], content: str = "") -> None:
+        """The next completion answers with these tool calls (name + arguments) and `content`."""
+        reply = ToolCalls([{"name": c["name"], "arguments": c.get("arguments", {})} for c in calls], content)
+        with self._lock:
+            self._scripted.append(reply)  # type: ignore[arg-type]
+
     def fail_next(self, n: int = 1, status: int = 500, retry_after: str | float | None = None) -> None:
         header = None if retry_after is None else str(retry_after)
         with self._lock:
@@ -126,14 +135,36 @@ class FakeLLM:
         return 200, self.responder(body), None
 
 
+class ToolCalls(str):
+    """A scripted reply that calls tools: a str (its content) carrying the calls."""
+
+    calls: list[dict[str, Any]]
+
+    def __new__(cls, calls: list[dict[str, Any]], content: str = "") -> "ToolCalls":
+        obj = super().__new__(cls, content)
+        obj.calls = calls
+        return obj
+
+    def openai(self) -> list[dict[str, Any]]:
+        """The calls in OpenAI's shape (arguments as a JSON string)."""
+        return [{"id": f"call_{i}", "type": "function",
+                 "function": {"name": c["name"], "arguments": c["arguments"] if isinstance(c["arguments"], str)
+                              else json.dumps(c["arguments"])}}
+                for i, c in enumerate(self.calls)]
+
+
 def _completion(text: str, created: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": str(text)}
+    finish = "stop"
+    if isinstance(text, ToolCalls):
+        message["tool_calls"] = text.openai()
+        finish = "tool_calls"
     return {
         "id": f"chatcmpl-fake-{created}",
         "object": "chat.completion",
         "created": created,
         "model": MODEL_ID,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                     "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     }
 
@@ -141,6 +172,13 @@ def _completion(text: str, created: int) -> dict[str, Any]:
 def _chunks(text: str, created: int) -> list[dict[str, Any]]:
     base = {"id": f"chatcmpl-fake-{created}", "object": "chat.completion.chunk",
             "created": created, "model": MODEL_ID}
+    if isinstance(text, ToolCalls):
+        calls = [{"index": i, **call} for i, call in enumerate(text.openai())]
+        return [
+            {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": str(text) or None,
+                                                         "tool_calls": calls}, "finish_reason": None}]},
+            {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+        ]
     words = text.split(" ")
     pieces = [w if i == 0 else " " + w for i, w in enumerate(words)]
     out = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
@@ -234,6 +272,8 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 fake.reset()
             elif verb == "script":
                 fake.script([str(r) for r in body.get("replies", [])])
+            elif verb == "tool_calls":
+                fake.script_tool_calls(list(body.get("calls", [])), str(body.get("content", "")))
             elif verb == "fail":
                 fake.fail_next(int(body.get("n", 1)), int(body.get("status", 500)),
                                body.get("retry_after"))

@@ -87,6 +87,21 @@ def test_preflight_from_allowed_origin_passes_without_token(api):
     assert "authorization" in allowed and "content-type" in allowed
 
 
+@pytest.mark.parametrize("path,method", [("/v1/no-such-route", "POST"), ("/v1/health", "DELETE")])
+def test_preflight_succeeds_where_no_route_serves_so_the_real_answer_is_readable(api, path, method):
+    """A browser whose preflight fails sees only a network error; answering every allowed
+    preflight lets the extension read the real 404/405 envelope and tell a missing route
+    (an older sidecar) from an outage."""
+    response = api.request("OPTIONS", path, token=None, headers={
+        "Origin": ST_ORIGIN, "Access-Control-Request-Method": method,
+        "Access-Control-Request-Headers": "authorization, content-type"})
+    assert response.status_code in (200, 204)
+    assert response.headers["Access-Control-Allow-Origin"] == ST_ORIGIN
+    real = api.request(method, path, headers={"Origin": ST_ORIGIN})
+    assert real.status_code in (404, 405)
+    assert real.headers["Access-Control-Allow-Origin"] == ST_ORIGIN
+
+
 def test_preflight_from_foreign_origin_is_refused(api):
     response = api.request("OPTIONS", "/v1/memories", token=None, headers={
         "Origin": "http://evil.example", "Access-Control-Request-Method": "POST"})
@@ -217,3 +232,13 @@ def test_security_headers_on_every_answer(api):
     response = api.get("/v1/health")
     assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert response.headers["Cache-Control"] == "no-store"
+
+
+def test_an_id_valid_in_a_body_is_valid_in_a_path(api):
+    """One id rule on both sides (shared_schema/common.json): a member id works as a path id."""
+    from urllib.parse import quote
+    odd = "Zoë\u200b\u00ad\u2028.png"
+    expect_ok(api.put("/v1/chats/c-odd", json={"member_ids": [odd]}), 201)
+    expect_ok(api.put(f"/v1/characters/{quote(odd)}", json={"name": "Zoë"}), 201)
+    assert expect_ok(api.get(f"/v1/characters/{quote(odd)}"))["character"]["id"] == odd
+    expect_error(api.get(f"/v1/characters/{quote('bad' + chr(7))}"), 400, "invalid_id")

@@ -154,23 +154,50 @@ export class SidecarClient {
         return this.request('POST', `/v1/chats/${pathId(chatId)}/turns/${pathId(turnId)}/rollback`, { ...options, body: {} });
     }
 
+    /** One page of the ids the sidecar holds for a chat: `{ids, total, offset, limit}` (orphan reconciliation). */
+    listMessageIds(chatId, offset = 0, options) {
+        return this.request('GET', `/v1/chats/${pathId(chatId)}/messages${queryString({ ids_only: true, offset: offset || undefined })}`, options);
+    }
+    renameChat(chatId, newId, options) {
+        return this.request('POST', `/v1/chats/${pathId(chatId)}/rename`, { ...options, body: { new_id: newId } });
+    }
+    deleteChat(chatId, options) { return this.request('DELETE', `/v1/chats/${pathId(chatId)}`, options); }
+
+    createMemory(body, options) { return this.request('POST', '/v1/memories', { ...options, body }); }
+    getMemory(id, options) { return this.request('GET', `/v1/memories/${pathId(id)}`, options); }
+    listMemories(filters = {}, options) { return this.request('GET', `/v1/memories${queryString(filters)}`, options); }
+    patchMemory(id, body, options) { return this.request('PATCH', `/v1/memories/${pathId(id)}`, { ...options, body }); }
+    deleteMemory(id, actor, options) {
+        return this.request('DELETE', `/v1/memories/${pathId(id)}${queryString({ actor })}`, options);
+    }
+
+    search(body, options) { return this.request('POST', '/v1/search', { ...options, body }); }
+    listSessions(chatId, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/sessions`, options); }
+    getSession(chatId, n, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/sessions/${pathId(n)}`, options); }
+    endSession(chatId, options) { return this.request('POST', `/v1/chats/${pathId(chatId)}/sessions/end`, { ...options, body: {} }); }
+
+    claimJob(body = {}, options) { return this.request('POST', '/v1/jobs/claim', { ...options, body }); }
+    completeJob(id, text, attempt, options) {
+        const body = { text };
+        if (Number.isInteger(attempt)) body.attempt = attempt;
+        return this.request('POST', `/v1/jobs/${pathId(id)}/complete`, { ...options, body });
+    }
+    failJob(id, error, { retryable = true, attempt } = {}, options) {
+        const body = { error: String(error).slice(0, 2000) || 'failed', retryable };
+        if (Number.isInteger(attempt)) body.attempt = attempt;
+        return this.request('POST', `/v1/jobs/${pathId(id)}/fail`, { ...options, body });
+    }
+
     context(body, options) { return this.request('POST', '/v1/context', { ...options, body }); }
 
-    // --- the memory panel (src/panel/). createMemory/listMemories/patchMemory/deleteMemory are the
-    // same as the h-ext branch's; when both are merged, keep one copy. ---
+    // --- the memory panel (src/panel/) ---
     listCharacters(options) { return this.request('GET', '/v1/characters', options); }
     getChat(chatId, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}`, options); }
-    listMemories(filters = {}, options) { return this.request('GET', `/v1/memories${queryString(filters)}`, options); }
-    createMemory(body, options) { return this.request('POST', '/v1/memories', { ...options, body }); }
-    patchMemory(id, body, options) { return this.request('PATCH', `/v1/memories/${pathId(id)}`, { ...options, body }); }
-    deleteMemory(id, actor, options) { return this.request('DELETE', `/v1/memories/${pathId(id)}${queryString({ actor })}`, options); }
     deleteAllMemories(body, options) { return this.request('POST', '/v1/memories/delete-all', { ...options, body }); }
     memoryDrafts(body, options) { return this.request('POST', '/v1/memories/drafts', { ...options, body }); }
     getSummaries(chatId, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/summaries`, options); }
     patchSummary(id, body, options) { return this.request('PATCH', `/v1/summaries/${pathId(id)}`, { ...options, body }); }
     rebuildSummaries(chatId, options) { return this.request('POST', `/v1/chats/${pathId(chatId)}/summaries/rebuild`, { ...options, body: {} }); }
-    listSessions(chatId, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/sessions`, options); }
-    getSession(chatId, n, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/sessions/${pathId(n)}`, options); }
     listJobs(params = {}, options) { return this.request('GET', `/v1/jobs${queryString(params)}`, options); }
     retryJob(id, options) { return this.request('POST', `/v1/jobs/${pathId(id)}/retry`, { ...options, body: {} }); }
     listLore(options) { return this.request('GET', '/v1/lore', options); }

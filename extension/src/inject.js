@@ -1,6 +1,8 @@
 // Context blocks from the sidecar -> SillyTavern extension prompts.
 // Pure mapping plus two thin appliers that take `setExtensionPrompt` as an argument.
 
+import { neutraliseMacros } from './macros.js';
+
 // SillyTavern's enums (script.js extension_prompt_types / extension_prompt_roles). getContext()
 // does not expose them, so they are restated here.
 export const POSITIONS = Object.freeze({ none: -1, in_prompt: 0, in_chat: 1, before_prompt: 2 });
@@ -32,7 +34,7 @@ export function toRole(value) {
  * Keys carry the block's index so SillyTavern's sorted-key order keeps the sidecar's order
  * among blocks that land at the same place. A user override for a section replaces the
  * sidecar's position/depth/role for that section (`position: 'default'` keeps the sidecar's).
- * Empty blocks are skipped.
+ * Empty blocks are skipped; macro openers in the text are neutralised (macros.js).
  *
  * @param {Array<{section: string, text: string, position?: any, depth?: number, role?: any}>} blocks
  * @param {Record<string, {position?: string, depth?: number, role?: string}>} [overrides]
@@ -52,7 +54,8 @@ export function blocksToPrompts(blocks, overrides = {}) {
         const role = toRole(useOverride && override.role ? override.role : block.role);
         calls.push({
             key: `${KEY_PREFIX}${String(index).padStart(2, '0')}_${section}`,
-            value: text,
+            // SillyTavern runs macro substitution over injected prompts: keep our text literal.
+            value: neutraliseMacros(text),
             position,
             depth,
             scan: false, // our text must not trigger SillyTavern's World Info a second time

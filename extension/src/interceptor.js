@@ -4,6 +4,7 @@
 // It fails open: on a timeout or any error the generation goes on exactly as without the
 // extension, and the user sees one toast per outage (OutageNotifier), not one per turn.
 
+import { isMissingRoute } from './client.js';
 import { applyPrompts, blocksToPrompts, clearPrompts } from './inject.js';
 import { chatMembers, messageId, messageTurn } from './sync.js';
 
@@ -123,6 +124,7 @@ export class RingBuffer {
  *   notifyFailure: (error: Error) => void,
  *   notifySuccess: () => void,
  *   stats: {timings: RingBuffer, lastReport: any, lastError: any, lastTrimmed: number},
+ *   features?: {known: Record<string, boolean|undefined>, note: (name: string, exists: boolean) => void},
  * }} deps
  */
 export function createInterceptor(deps) {
@@ -143,8 +145,16 @@ export function createInterceptor(deps) {
         });
         deps.turns.current = { id: plan.turnId, chatId };
         for (const turnId of plan.rollback) deps.sync.rollback(chatId, turnId);
-        // Let pending syncs (the user's new message, a regenerate's rollback) land first.
-        await deps.sync.idle(remaining());
+        // A sidecar without the context route: nothing to ask (the user was told once).
+        if (deps.features?.known?.context === false) {
+            deps.sync.release?.();
+            deps.stats.timings.push(performance.now() - started);
+            return;
+        }
+        // Let a swipe's or regenerate's rollback (and deletes, a first registration) land first, but
+        // leave the context call the rest of the time limit (ChatSync.settled).
+        await deps.sync.settled(chatId, Math.min(settings.syncWaitMs, remaining()));
+        const waited = performance.now() - started;
 
         try {
             const { activeMemberIds, isGroup } = chatMembers(ctx);
@@ -152,7 +162,10 @@ export function createInterceptor(deps) {
                 chatId, speakerId, presentIds: isGroup ? activeMemberIds : [speakerId],
                 contextSize, type, chat, memoryBank: settings.memoryBank !== false,
             });
+            deps.stats.lastRequest = body;
+            const asked = performance.now();
             const answer = await deps.getClient().context(body, { timeoutMs: remaining() });
+            deps.stats.parts?.push({ wait: waited, context: performance.now() - asked });
             deps.notifySuccess();
             deps.stats.lastTrimmed = trimToLive(chat, answer?.live_message_ids);
             const calls = blocksToPrompts(answer?.blocks, settings.injection);
@@ -164,8 +177,10 @@ export function createInterceptor(deps) {
             clearPrompts(ctx.setExtensionPrompt, deps.injected.keys);
             deps.injected.keys = new Set();
             deps.stats.lastError = error;
+            if (isMissingRoute(error)) deps.features?.note('context', false);
             deps.notifyFailure(error);
         } finally {
+            deps.sync.release?.(); // the upserts held since GENERATION_STARTED may go now
             deps.stats.timings.push(performance.now() - started);
         }
     };

@@ -42,5 +42,11 @@ export class OutageNotifier {
  */
 export function outageMessage(error) {
     const why = error?.message || String(error);
+    if (error?.status === 404 && error?.code === 'not_found') {
+        return `This Chronicler sidecar lacks a route the extension needs (update it), so chats go on without its memory. ${why}`;
+    }
+    if (error?.status === 401) {
+        return `Chronicler refused the token, so chats go on without its memory. Check the token in the extension's settings. ${why}`;
+    }
     return `Chronicler is not reachable, so chats go on without its memory until it is back. ${why}`;
 }

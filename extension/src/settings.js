@@ -18,6 +18,8 @@ export const DEFAULTS = Object.freeze({
     token: '',
     // The per-turn context call must not hold up a generation for long: past this it fails open.
     contextTimeoutMs: 1500,
+    // Of that time, how long to wait first for a swipe's rollback (and deletes, a chat's registration).
+    syncWaitMs: 750,
     // Every other call to the sidecar (sync, rollback, health).
     requestTimeoutMs: 10000,
     // How many messages one upsert request carries.
@@ -28,7 +30,22 @@ export const DEFAULTS = Object.freeze({
     llmMode: 'sidecar',
     // Per-section injection overrides: { [section]: { position, depth, role } }; absent = sidecar's choice.
     injection: {},
+    // Offer the model its memory tools (remember, recall, …) where the connection supports tool calling.
+    tools: true,
+    // Results a recall (tool or /recall) returns.
+    recallResults: 5,
+    // Client LLM worker: quiet time after the user's own generation before a job runs, and how
+    // often to ask for jobs when none is waiting (doubling up to the maximum).
+    workerIdleMs: 5000,
+    workerPollMs: 5000,
+    workerMaxPollMs: 60000,
+    // Pass a job's JSON schema to SillyTavern (structured output). Off: many local backends reject it,
+    // and the sidecar's prompts ask for the format and parse strictly anyway.
+    jobJsonSchema: false,
 });
+
+/** The file `chronicler install-extension` writes beside the extension folder (URL and token of the sidecar). */
+export const INSTALL_CONFIG_FILE = 'chronicler.config.json';
 
 /**
  * The stored settings completed with defaults (unknown keys kept, wrong types replaced).
@@ -41,9 +58,14 @@ export function withDefaults(stored) {
         if (typeof out[key] !== typeof value || out[key] === null) out[key] = value;
     }
     if (!Number.isFinite(out.contextTimeoutMs) || out.contextTimeoutMs <= 0) out.contextTimeoutMs = DEFAULTS.contextTimeoutMs;
+    if (!Number.isFinite(out.syncWaitMs) || out.syncWaitMs < 0) out.syncWaitMs = DEFAULTS.syncWaitMs;
     if (!Number.isFinite(out.requestTimeoutMs) || out.requestTimeoutMs <= 0) out.requestTimeoutMs = DEFAULTS.requestTimeoutMs;
     if (!Number.isInteger(out.syncBatchSize) || out.syncBatchSize <= 0) out.syncBatchSize = DEFAULTS.syncBatchSize;
     if (!['sidecar', 'sillytavern'].includes(out.llmMode)) out.llmMode = DEFAULTS.llmMode;
+    if (!Number.isInteger(out.recallResults) || out.recallResults < 1 || out.recallResults > 50) out.recallResults = DEFAULTS.recallResults;
+    for (const key of ['workerIdleMs', 'workerPollMs', 'workerMaxPollMs']) {
+        if (!Number.isFinite(out[key]) || out[key] < 0) out[key] = DEFAULTS[key];
+    }
     out.sidecarUrl = normaliseUrl(out.sidecarUrl) || DEFAULTS.sidecarUrl;
     return out;
 }
@@ -55,4 +77,25 @@ export function withDefaults(stored) {
  */
 export function normaliseUrl(url) {
     return String(url ?? '').trim().replace(/\/+$/, '').replace(/\/v1$/, '');
+}
+
+/**
+ * Settings to store from the install config, or null when there is nothing to take: the file
+ * fills the URL and token only while the user has set neither (a new install has nothing to paste;
+ * what a user typed always wins).
+ * @param {object|undefined} stored what `extensionSettings.chronicler` holds
+ * @param {any} file the parsed chronicler.config.json (`{sidecarUrl, token}`)
+ * @returns {{sidecarUrl?: string, token?: string}|null}
+ */
+export function fromInstallConfig(stored, file) {
+    if (!file || typeof file !== 'object') return null;
+    const current = stored && typeof stored === 'object' ? stored : {};
+    const hasUrl = typeof current.sidecarUrl === 'string' && current.sidecarUrl.trim() !== '';
+    const hasToken = typeof current.token === 'string' && current.token.trim() !== '';
+    if (hasUrl || hasToken) return null;
+    const patch = {};
+    const url = normaliseUrl(file.sidecarUrl);
+    if (/^https?:\/\/[^\s]+$/i.test(url)) patch.sidecarUrl = url;
+    if (typeof file.token === 'string' && file.token.trim()) patch.token = file.token.trim();
+    return Object.keys(patch).length ? patch : null;
 }

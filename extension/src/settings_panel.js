@@ -31,7 +31,9 @@ function sectionLabel(section) {
  *   read: () => object,            // current settings (with defaults)
  *   write: (patch: object) => void, // store a change
  *   test: () => Promise<{ok: boolean, text: string}>,
+ *   features?: () => Record<string, boolean|undefined>, // which optional sidecar routes exist
  * }} io
+ * @returns {() => void} call when the sidecar's features may have changed
  */
 export function bindSettingsPanel(root, io) {
     const $ = (id) => root.querySelector(`#${id}`);
@@ -50,8 +52,24 @@ export function bindSettingsPanel(root, io) {
     token.addEventListener('change', () => io.write({ token: token.value.trim() }));
 
     const mode = $('chronicler_llm_mode');
+    const modeHint = $('chronicler_llm_mode_hint');
     mode.value = settings.llmMode;
     mode.addEventListener('change', () => io.write({ llmMode: mode.value }));
+    // "SillyTavern's connection" needs the sidecar's job routes; offer it only when they exist.
+    const refreshMode = () => {
+        const jobs = io.features?.()?.jobs;
+        const option = mode.querySelector('option[value="sillytavern"]');
+        option.disabled = jobs !== true;
+        modeHint.textContent = jobs === true ? ''
+            : jobs === false ? 'This sidecar cannot hand jobs to SillyTavern (no job routes).'
+                : 'Available once the sidecar is reachable.';
+        if (jobs === true) mode.value = io.read().llmMode;
+    };
+    refreshMode();
+
+    const tools = $('chronicler_tools');
+    tools.checked = settings.tools;
+    tools.addEventListener('change', () => io.write({ tools: tools.checked }));
 
     const timeout = $('chronicler_timeout');
     timeout.value = String(settings.contextTimeoutMs);
@@ -78,6 +96,7 @@ export function bindSettingsPanel(root, io) {
             run();
         }
     });
+    return refreshMode;
 }
 
 function bindInjectionRows(tbody, initial, save) {

@@ -10,6 +10,9 @@
 // covers sends, replies, edits, swipes, deletes (MESSAGE_DELETED gives only the new length) and
 // recovers by itself after an outage. Pure functions first; the `ChatSync` class does the I/O.
 
+import { isMissingRoute } from './client.js';
+import { characterCopy, moveCharacter } from './rename.js';
+
 export const ID_KEY = 'chronicler_id';
 export const TURN_KEY = 'chronicler_turn_id';
 
@@ -65,13 +68,45 @@ export function toIso(sendDate, fallback) {
 }
 
 /**
+ * The persona a user message was sent as: SillyTavern locks it in `force_avatar` as a thumbnail
+ * URL (`/thumbnail?type=persona&file=<avatar>`). Undefined when the message does not say.
+ * @param {object} message
+ */
+export function personaOf(message) {
+    const url = typeof message?.force_avatar === 'string' ? message.force_avatar : '';
+    if (!url.includes('type=persona')) return undefined;
+    try {
+        const file = new URL(url, 'http://x.invalid').searchParams.get('file');
+        return file || undefined;
+    } catch {
+        return undefined;
+    }
+}
+
+/**
+ * Who spoke a message, as a sidecar id (avatar file name): SillyTavern stamps group replies with
+ * `original_avatar`; in a one-character chat every reply is that character's; a user message is
+ * its persona's (API: "the persona's id for a user message"), when SillyTavern recorded one.
+ * @param {object} message
+ * @param {string|undefined} defaultSpeaker the chat's character in a one-character chat
+ */
+export function speakerOf(message, defaultSpeaker) {
+    if (!message) return undefined;
+    if (message.is_user) return personaOf(message);
+    const avatar = typeof message.original_avatar === 'string' && message.original_avatar ? message.original_avatar : undefined;
+    return avatar ?? defaultSpeaker ?? undefined;
+}
+
+/**
  * The upsert record of one message (API.md `POST /v1/chats/{id}/messages`), or null for a message
  * the sidecar does not get: hidden and system messages (`is_system`), which SillyTavern also
  * leaves out of the prompt, and messages without an id yet.
  * @param {object} message
  * @param {string} fallbackDate ISO date for messages without a readable send_date
+ * @param {{index?: number, defaultSpeaker?: string}} [where] its position in the chat; the chat's
+ *   character when it is a one-character chat
  */
-export function toRecord(message, fallbackDate) {
+export function toRecord(message, fallbackDate, { index, defaultSpeaker } = {}) {
     const id = messageId(message);
     if (!id || message.is_system) return null;
     const record = {
@@ -83,12 +118,26 @@ export function toRecord(message, fallbackDate) {
     };
     const turn = messageTurn(message);
     if (turn && !message.is_user) record.turn_id = turn;
+    const speaker = speakerOf(message, defaultSpeaker);
+    if (speaker) record.speaker_id = speaker;
+    if (Number.isInteger(index) && index >= 0) record.index = index;
     return record;
+}
+
+/**
+ * The records of a whole chat, in order (index = position in SillyTavern's chat array).
+ * @param {object[]} chat
+ * @param {string} fallbackDate
+ * @param {string|undefined} defaultSpeaker
+ */
+export function chatRecords(chat, fallbackDate, defaultSpeaker) {
+    return chat.map((m, index) => toRecord(m, fallbackDate, { index, defaultSpeaker })).filter(Boolean);
 }
 
 /** A short fingerprint of a record, to skip re-sending unchanged messages. FNV-1a, 2x32 bits. */
 export function fingerprint(record) {
-    const text = [record.role, record.name, record.text, record.sent_at, record.turn_id ?? ''].join('\u0000');
+    const text = [record.role, record.name, record.text, record.sent_at, record.turn_id ?? '',
+        record.speaker_id ?? '', record.index ?? ''].join('\u0000');
     let h1 = 0x811c9dc5;
     let h2 = 0x01000193 ^ text.length;
     for (let i = 0; i < text.length; i++) {
@@ -115,6 +164,8 @@ export class ChatLedger {
         this.order = [];
         /** @type {Map<string, string>} id -> fingerprint accepted by the sidecar */
         this.sent = new Map();
+        /** Whether the sidecar's copy was checked for orphans since the page loaded. */
+        this.reconciled = false;
     }
 
     /** Remember the chat's sendable records as they stand now. */
@@ -225,6 +276,7 @@ export class ChatSync {
      *   batchSize: () => number,
      *   onSuccess: () => void,
      *   onError: (error: Error, what: string) => void,
+     *   features?: import('./features.js').Features,
      *   now?: () => string,
      * }} deps
      */
@@ -235,6 +287,8 @@ export class ChatSync {
         this.ledgers = new Map();
         /** @type {Set<string>} character ids known to exist in the sidecar */
         this.knownCharacters = new Set();
+        /** @type {Set<string>} renamed characters whose sidecar name may still be the old one */
+        this.namesToCheck = new Set();
         /** @type {Map<string, string>} chat id -> fingerprint of its last registration */
         this.registered = new Map();
         // Work that must reach the sidecar even across an outage: kept until it succeeds.
@@ -243,6 +297,38 @@ export class ChatSync {
         /** @type {Map<string, Set<string>>} chat id -> message ids to delete */
         this.pendingDeletes = new Map();
         this.queue = Promise.resolve();
+        /** @type {Map<string, Promise<void>>} chat id -> last queued task with a rollback, delete or registration */
+        this.critical = new Map();
+        /** While a generation waits for its context, ordinary upserts wait too (see `hold`). */
+        this.gate = null;
+        this.openGate = null;
+    }
+
+    /**
+     * Hold ordinary upserts (not rollbacks, deletes or registrations) until `release()` or `ms`.
+     * A generation starts by adding the user's message (MESSAGE_SENT) and then asks for its
+     * context; the context does not need that upsert (it carries the last action), and on the
+     * sidecar the upsert's embedding would run at the same time as the context call's and slow it.
+     * @param {number} ms the longest hold
+     */
+    hold(ms) {
+        this.release();
+        let open;
+        const gate = new Promise(resolve => { open = resolve; });
+        const timer = setTimeout(() => this.release(), Math.max(0, ms));
+        this.gate = gate;
+        this.openGate = () => {
+            clearTimeout(timer);
+            open();
+        };
+    }
+
+    /** Let held upserts go (idempotent). */
+    release() {
+        const open = this.openGate;
+        this.gate = null;
+        this.openGate = null;
+        open?.();
     }
 
     ledger(chatId) {
@@ -262,9 +348,32 @@ export class ChatSync {
 
     /** Resolves when the queue is empty, or after `ms` (whichever comes first). */
     idle(ms) {
-        let timer;
-        const limit = new Promise(resolve => { timer = setTimeout(resolve, Math.max(0, ms)); });
-        return Promise.race([this.queue, limit]).finally(() => clearTimeout(timer));
+        return raceTimeout(this.queue, ms);
+    }
+
+    /**
+     * Resolves when the work a turn's context depends on has reached the sidecar, or after `ms`:
+     * a swipe's or regenerate's rollback (RV10: the rolled-back memories must not be in the next
+     * prompt), deleted messages, and the chat's first registration. Ordinary upserts are not waited
+     * for: the context request carries the last action itself, so waiting for the new message's
+     * upsert (an embedding on the sidecar) would only add its time to every generation.
+     * @param {string} chatId
+     * @param {number} ms
+     */
+    settled(chatId, ms) {
+        const pending = this.pendingRollbacks.get(chatId)?.size || this.pendingDeletes.get(chatId)?.size
+            || !this.registered.has(chatId);
+        const critical = this.critical.get(chatId);
+        if (!pending && !critical) return Promise.resolve();
+        return raceTimeout(pending ? this.queue : critical, ms);
+    }
+
+    /** Remember the queued task that carries critical work for a chat (see `settled`). */
+    markCritical(chatId, run) {
+        this.critical.set(chatId, run);
+        run.finally(() => {
+            if (this.critical.get(chatId) === run) this.critical.delete(chatId);
+        });
     }
 
     /**
@@ -280,18 +389,24 @@ export class ChatSync {
         if (!chatId) return { assigned: [], done: Promise.resolve() };
         const chat = ctx.chat;
         const assigned = ensureIds(chat, ctx.uuidv4 ?? (() => crypto.randomUUID()));
-        const fallback = this.now();
-        const records = chat.map(m => toRecord(m, fallback)).filter(Boolean);
+        const members = chatMembers(ctx);
+        const defaultSpeaker = members.isGroup ? undefined : members.memberIds[0];
+        const records = chatRecords(chat, this.now(), defaultSpeaker);
         const ledger = this.ledger(chatId);
         const { removed, rollbackTurns } = reconcile(ledger, chat.map(messageId), records.map(r => r.id));
         ledger.observe(records);
         for (const turnId of rollbackTurns) addTo(this.pendingRollbacks, chatId, turnId);
         for (const id of removed) addTo(this.pendingDeletes, chatId, id);
         for (const r of records) this.pendingDeletes.get(chatId)?.delete(r.id); // back again (unhidden)
-        const members = chatMembers(ctx);
         const cards = members.memberIds.map(id => ctx.characters?.find(c => c.avatar === id)).filter(Boolean);
         const title = ctx.groupId ? (ctx.groups ?? []).find(g => String(g.id) === String(ctx.groupId))?.name : ctx.name2;
-        const done = this.enqueue(what, () => this.push(chatId, { records, members, cards, title }));
+        const critical = rollbackTurns.length || removed.length || !this.registered.has(chatId);
+        const gate = critical ? null : this.gate;
+        const done = this.enqueue(what, async () => {
+            if (gate) await gate;
+            return this.push(chatId, { records, members, cards, title });
+        });
+        if (critical) this.markCritical(chatId, done);
         return { assigned, done };
     }
 
@@ -302,6 +417,7 @@ export class ChatSync {
         await this.registerChat(client, chatId, members.memberIds, title);
         await this.drainRollbacks(client, chatId);
         await this.drainDeletes(client, chatId);
+        await this.deleteOrphans(client, chatId, records);
         const ledger = this.ledger(chatId);
         for (const batch of batches(ledger.changed(records), this.deps.batchSize())) {
             await client.upsertMessages(chatId, batch);
@@ -309,16 +425,24 @@ export class ChatSync {
         }
     }
 
-    /** Create sidecar characters for cards seen for the first time (never overwrite a sheet). */
+    /**
+     * Create sidecar characters for cards seen for the first time (never overwrite a sheet); give a
+     * renamed card's character its new name (the old one kept as an alias).
+     */
     async registerCharacters(client, cards) {
         for (const card of cards) {
             if (this.knownCharacters.has(card.avatar)) continue;
             try {
-                await client.getCharacter(card.avatar);
+                const existing = await client.getCharacter(card.avatar);
+                const character = existing?.character ?? existing;
+                if (this.namesToCheck.has(card.avatar) && card.name && character?.name !== card.name) {
+                    await client.putCharacter(card.avatar, characterCopy(character, card.name));
+                }
             } catch (err) {
                 if (err?.status !== 404) throw err;
                 await client.putCharacter(card.avatar, characterFromCard(card));
             }
+            this.namesToCheck.delete(card.avatar);
             this.knownCharacters.add(card.avatar);
         }
     }
@@ -340,7 +464,9 @@ export class ChatSync {
      */
     rollback(chatId, turnId) {
         addTo(this.pendingRollbacks, chatId, turnId);
-        return this.enqueue('rollback', () => this.drainRollbacks(this.deps.getClient(), chatId));
+        const run = this.enqueue('rollback', () => this.drainRollbacks(this.deps.getClient(), chatId));
+        this.markCritical(chatId, run);
+        return run;
     }
 
     async drainRollbacks(client, chatId) {
@@ -363,6 +489,106 @@ export class ChatSync {
         }
     }
 
+    /**
+     * Once per chat and page load: delete what the sidecar holds of this chat that the chat no
+     * longer has (messages deleted while the page was closed or the sidecar down). Skipped, and
+     * tried again next time, when the sidecar cannot list ids; a sidecar without the route never
+     * gets asked again.
+     */
+    async deleteOrphans(client, chatId, records) {
+        const ledger = this.ledger(chatId);
+        if (ledger.reconciled || this.deps.features?.known?.messageIds === false) return;
+        let held;
+        try {
+            held = await listAllIds(client, chatId);
+        } catch (error) {
+            if (isMissingRoute(error)) {
+                this.deps.features?.note('messageIds', false);
+                ledger.reconciled = true;
+                return;
+            }
+            if (error?.status === 404) { // the chat is new to the sidecar: nothing to reconcile
+                ledger.reconciled = true;
+                return;
+            }
+            throw error;
+        }
+        const orphans = orphanIds(held, records.map(r => r.id));
+        for (const id of orphans) {
+            await client.deleteMessage(chatId, id).catch(err => {
+                if (err?.status !== 404) throw err;
+            });
+            ledger.markDeleted([id]);
+        }
+        ledger.reconciled = true;
+    }
+
+    /**
+     * SillyTavern renamed a chat file (CHAT_RENAMED). It reopens the chat under its new id before
+     * telling us, so by the time this runs the new id usually exists in the sidecar as a fresh
+     * copy: that copy is dropped and the old chat (with its summaries and sessions) renamed onto it.
+     * @param {string} oldId
+     * @param {string} newId
+     */
+    renameChat(oldId, newId) {
+        if (!oldId || !newId || oldId === newId) return Promise.resolve();
+        moveKey(this.pendingRollbacks, oldId, newId);
+        moveKey(this.pendingDeletes, oldId, newId);
+        return this.enqueue('CHAT_RENAMED', async () => {
+            const client = this.deps.getClient();
+            try {
+                await client.renameChat(oldId, newId);
+            } catch (error) {
+                if (isMissingRoute(error)) return; // an older sidecar: the new id lives on as a new chat
+                if (error?.status === 404) return; // the old chat never reached the sidecar
+                if (error?.status !== 409) throw error;
+                await client.deleteChat(newId);
+                await client.renameChat(oldId, newId);
+            }
+            this.ledgers.delete(oldId);
+            this.registered.delete(oldId);
+            // What the sidecar holds under the new id is now the old chat's copy: send everything again.
+            this.ledger(newId).sent.clear();
+            this.registered.delete(newId);
+        });
+    }
+
+    /** SillyTavern deleted a chat (CHAT_DELETED / GROUP_CHAT_DELETED): delete it in the sidecar too. */
+    deleteChat(chatId) {
+        if (!chatId) return Promise.resolve();
+        this.pendingRollbacks.delete(chatId);
+        this.pendingDeletes.delete(chatId);
+        return this.enqueue('CHAT_DELETED', async () => {
+            await this.deps.getClient().deleteChat(chatId).catch(err => {
+                if (err?.status !== 404 && !isMissingRoute(err)) throw err;
+            });
+            this.ledgers.delete(chatId);
+            this.registered.delete(chatId);
+        });
+    }
+
+    /**
+     * A character card was renamed (CHARACTER_RENAMED gives the old and new avatar file names):
+     * move the sidecar's character and its memories to the new id (rename.js).
+     * @param {string} oldAvatar
+     * @param {string} newAvatar
+     * @param {() => string|undefined} newName the card's new name, read when the move runs
+     */
+    renameCharacter(oldAvatar, newAvatar, newName = () => undefined) {
+        if (!oldAvatar || !newAvatar || oldAvatar === newAvatar) return Promise.resolve();
+        return this.enqueue('CHARACTER_RENAMED', async () => {
+            const name = newName();
+            await moveCharacter(this.deps.getClient(), oldAvatar, newAvatar, name);
+            this.knownCharacters.delete(oldAvatar);
+            // SillyTavern reloads its cards after the event: when the new name was not known yet,
+            // the next sync that sees the card renames the sidecar's character (registerCharacters).
+            if (name) this.knownCharacters.add(newAvatar);
+            else this.knownCharacters.delete(newAvatar);
+            if (!name) this.namesToCheck.add(newAvatar);
+            this.registered.clear(); // member lists name the new id from the next sync on
+        });
+    }
+
     /** A character card was deleted in SillyTavern: delete it in the sidecar (RV6: its memories turn global). */
     deleteCharacter(avatar) {
         if (!avatar) return Promise.resolve();
@@ -373,6 +599,59 @@ export class ChatSync {
             this.knownCharacters.delete(avatar);
         });
     }
+}
+
+/**
+ * Message ids from `GET /v1/chats/{id}/messages?ids_only=true`: `{ids: [...]}`, or the list
+ * wrapping of API.md (`{messages: [{id}, ...]}`).
+ * @param {any} answer
+ * @returns {string[]}
+ */
+export function idsFromListing(answer) {
+    const raw = Array.isArray(answer?.ids) ? answer.ids : Array.isArray(answer?.messages) ? answer.messages : [];
+    return raw.map(x => (typeof x === 'string' ? x : x?.id)).filter(x => typeof x === 'string' && x);
+}
+
+/**
+ * Every id the sidecar holds for a chat, page by page (`{ids, total, offset, limit}`).
+ * @param {{listMessageIds: (chatId: string, offset: number) => Promise<any>}} client
+ * @param {string} chatId
+ */
+export async function listAllIds(client, chatId) {
+    const all = [];
+    for (;;) {
+        const answer = await client.listMessageIds(chatId, all.length);
+        const page = idsFromListing(answer);
+        all.push(...page);
+        const total = Number.isInteger(answer?.total) ? answer.total : all.length;
+        if (!page.length || all.length >= total) return all;
+    }
+}
+
+/**
+ * Ids the sidecar holds that the chat no longer sends.
+ * @param {string[]} held ids in the sidecar
+ * @param {string[]} current ids the chat sends now
+ */
+export function orphanIds(held, current) {
+    const keep = new Set(current);
+    return held.filter(id => !keep.has(id));
+}
+
+/** `promise`, or nothing after `ms` — whichever comes first (never rejects). */
+function raceTimeout(promise, ms) {
+    let timer;
+    const limit = new Promise(resolve => { timer = setTimeout(resolve, Math.max(0, ms)); });
+    return Promise.race([promise.catch(() => {}), limit]).finally(() => clearTimeout(timer));
+}
+
+function moveKey(map, from, to) {
+    const value = map.get(from);
+    if (!value) return;
+    map.delete(from);
+    const target = map.get(to) ?? new Set();
+    for (const v of value) target.add(v);
+    map.set(to, target);
 }
 
 function addTo(map, key, value) {

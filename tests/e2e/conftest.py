@@ -18,11 +18,12 @@ from typing import Iterator
 import pytest
 
 from tests.e2e.sidecar import Sidecar, sidecar_available
-from tests.e2e.st import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, SillyTavernServer, STPage,
-                          ensure_sillytavern, free_port, prepare_data_root)
+from tests.e2e.st import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, SillyTavernServer, STPage, add_character,
+                          add_group, configure_chronicler, ensure_sillytavern, free_port, prepare_data_root)
 from tests.fakellm import FakeLLM
 
 EXTENSION_SRC = REPO_ROOT / "extension"
+GROUP_NAME = "Forest Party"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -81,6 +82,12 @@ def st_server(st_package: Path, fake: FakeLLM, closed_port: int,
     prepare_data_root(root, st_package, fake.url, EXTENSION_SRC, extension_settings={
         "chronicler": {"sidecarUrl": f"http://127.0.0.1:{closed_port}", "token": ""},
     })
+    # A second character and a group of both, for group-chat tests (RV5, SW9b).
+    luke = add_character(root, "Luke", "LUKE-CARD: a quiet ranger of the northern woods.",
+                         "*Luke nods from the shadows.* Evening.")
+    add_group(root, GROUP_NAME, ["default_Seraphina.png", luke])
+    # A character only the rename test touches (renaming changes its avatar file name).
+    add_character(root, "Mira", "A herbalist of the valley.", "*Mira looks up from her herbs.* Yes?")
     server = SillyTavernServer(st_package, root)
     server.start()
     yield server
@@ -110,15 +117,22 @@ def _artifact_dir(request: pytest.FixtureRequest) -> Path:
 
 
 @pytest.fixture
-def st(browser: object, st_server: SillyTavernServer, fake: FakeLLM,
+def st(browser: object, st_server: SillyTavernServer, fake: FakeLLM, closed_port: int,
        request: pytest.FixtureRequest) -> Iterator[STPage]:
-    """A fresh, ready SillyTavern page (desktop size); the fake model's log starts empty."""
+    """A fresh, ready SillyTavern page (desktop size); the fake model's log starts empty.
+
+    SillyTavern saves its settings on its own, so whatever an earlier test configured may be stored:
+    every test starts from the same state (no sidecar, no function calling) and changes it itself.
+    """
     fake.reset()
     context = browser.new_context(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
     page = context.new_page()
     st_page = STPage(page, st_server.url, _artifact_dir(request))
     try:
         st_page.open()
+        st_page.evaluate("() => { SillyTavern.getContext().chatCompletionSettings.function_calling = false; }")
+        configure_chronicler(st_page, sidecarUrl=f"http://127.0.0.1:{closed_port}", token="", enabled=True,
+                             tools=True, llmMode="sidecar")
         yield st_page
     finally:
         if st_page.console:

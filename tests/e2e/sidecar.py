@@ -37,20 +37,24 @@ class Sidecar:
     token: str = TOKEN
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
+    # False: start it as a user would after `chronicler install-extension` — no token or origins in
+    # the environment, so it reads both from its data dir (token file, config.toml).
+    configure_by_env: bool = True
+    # More environment, e.g. {"CHRONICLER_LLM_MODE": "client"}.
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 120.0) -> "Sidecar":
-        env = dict(os.environ)
-        env.update({
-            "CHRONICLER_TOKEN": self.token,
-            "CHRONICLER_ORIGINS": ",".join(self.origins),
-            "HF_HUB_OFFLINE": "1",
-            "OPENBLAS_NUM_THREADS": "1",
-            "PYTHONUNBUFFERED": "1",
-        })
+        env = dict(os.environ)  # CHRONICLER_* set by a test (monkeypatch.setenv) reach the process
+        env.update({"HF_HUB_OFFLINE": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+        if self.configure_by_env:
+            env.update({"CHRONICLER_TOKEN": self.token, "CHRONICLER_ORIGINS": ",".join(self.origins)})
+        else:
+            env = {k: v for k, v in env.items() if not k.startswith("CHRONICLER_")}
+        env.update(self.env)
         cmd = [sys.executable, "-m", "server_plugin.cli", "serve", "--port", str(self.port),
                "--data-dir", str(self.data_dir)]
         self.log_path = self.log_path or (self.data_dir.parent / f"{self.data_dir.name}.log")

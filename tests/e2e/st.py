@@ -10,9 +10,12 @@ Facts used here are in `shared/SILLYTAVERN.md` (checked against the 1.19.0 packa
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
+import struct
+import zlib
 import os
 import shutil
 import socket
@@ -104,23 +107,68 @@ def st_settings(package: Path, llm_url: str, extension_settings: dict[str, Any] 
     return settings
 
 
-def prepare_data_root(root: Path, package: Path, llm_url: str, extension_src: Path,
+def prepare_data_root(root: Path, package: Path, llm_url: str, extension_src: Path | None,
                       extension_settings: dict[str, Any] | None = None, stream: bool = True) -> None:
     """Lay out a fresh SillyTavern data root: settings, our extension, a shared front-end build cache.
 
     SillyTavern compiles its front-end bundle into `<dataRoot>/_webpack` (about 25 s the first time);
-    linking that folder to the cache makes later runs start in a few seconds.
+    linking that folder to the cache makes later runs start in a few seconds. With `extension_src`
+    None the extension is not copied (a test installs it with `chronicler install-extension`).
     """
     user = root / "default-user"
     user.mkdir(parents=True, exist_ok=True)
     settings = st_settings(package, llm_url, extension_settings, stream)
     (user / "settings.json").write_text(json.dumps(settings, indent=2))
-    install_extension(root, extension_src)
+    if extension_src is not None:
+        install_extension(root, extension_src)
     webpack = package.parent.parent / "webpack-cache"
     webpack.mkdir(exist_ok=True)
     link = root / "_webpack"
     if not link.exists():
         link.symlink_to(webpack, target_is_directory=True)
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+def card_png(card: dict[str, Any]) -> bytes:
+    """A 1x1 PNG character card: SillyTavern reads the card from its `chara` tEXt chunk (base64 JSON)."""
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)  # 1x1, 8-bit RGB
+    pixels = zlib.compress(b"\x00\x80\x80\x80")
+    text = b"chara\x00" + base64.b64encode(json.dumps(card).encode())
+    return (b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header) + _png_chunk(b"tEXt", text)
+            + _png_chunk(b"IDAT", pixels) + _png_chunk(b"IEND", b""))
+
+
+def add_character(root: Path, name: str, description: str, first_mes: str, user: str = "default-user") -> str:
+    """Put a character card into a data root (before SillyTavern starts); returns its avatar file name."""
+    fields = {"name": name, "description": description, "personality": "", "scenario": "",
+              "first_mes": first_mes, "mes_example": ""}
+    card = {**fields, "spec": "chara_card_v2", "spec_version": "2.0",
+            "data": {**fields, "creator_notes": "", "system_prompt": "", "post_history_instructions": "",
+                     "alternate_greetings": [], "tags": [], "creator": "", "character_version": "",
+                     "extensions": {}}}
+    folder = root / user / "characters"
+    folder.mkdir(parents=True, exist_ok=True)
+    avatar = f"{name}.png"
+    (folder / avatar).write_bytes(card_png(card))
+    (root / user / "chats" / name).mkdir(parents=True, exist_ok=True)
+    return avatar
+
+
+def add_group(root: Path, name: str, members: list[str], activation_strategy: int = 1,
+              user: str = "default-user") -> str:
+    """Put a group into a data root (activation 1 = LIST: every member answers, in order); returns its id."""
+    group_id = str(zlib.crc32(name.encode()))
+    group = {"id": group_id, "name": name, "members": members, "avatar_url": "", "allow_self_responses": False,
+             "activation_strategy": activation_strategy, "generation_mode": 0, "disabled_members": [],
+             "fav": False, "chat_id": f"{name} chat", "chats": [f"{name} chat"], "auto_mode_delay": 5,
+             "generation_mode_join_prefix": "", "generation_mode_join_suffix": ""}
+    folder = root / user / "groups"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{group_id}.json").write_text(json.dumps(group, indent=2))
+    return group_id
 
 
 def install_extension(root: Path, extension_src: Path, user: str = "default-user",
@@ -257,10 +305,34 @@ class STPage:
         page.locator("#rightNavDrawerIcon").click()
         card = page.locator("#rm_print_characters_block .character_select").filter(
             has=page.locator(".ch_name", has_text=name)).first
-        card.wait_for(state="visible", timeout=15_000)
+        # The list may be redrawn just after load (a click on the old element is lost): click again
+        # until the character is open.
+        deadline = time.monotonic() + 30
+        while True:
+            card.wait_for(state="visible", timeout=30_000)
+            card.click()
+            try:
+                page.wait_for_function("name => SillyTavern.getContext().name2 === name", arg=name, timeout=3_000)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+        page.locator("#chat .mes").first.wait_for(state="visible", timeout=30_000)
+        if page.locator("#right-nav-panel").is_visible():
+            page.locator("#rightNavDrawerIcon").click()
+        self.wait_idle()
+
+    def select_group(self, name: str) -> None:
+        """Open the character list, click the group named `name`, close the drawer again."""
+        page = self.page
+        page.locator("#rightNavDrawerIcon").click()
+        card = page.locator("#rm_print_characters_block .group_select").filter(
+            has=page.locator(".ch_name", has_text=name)).first
+        card.wait_for(state="visible", timeout=30_000)
         card.click()
-        page.wait_for_function("name => SillyTavern.getContext().name2 === name", arg=name, timeout=15_000)
-        page.locator("#chat .mes").first.wait_for(state="visible", timeout=15_000)
+        page.wait_for_function("name => { const c = SillyTavern.getContext();"
+                               " return c.groupId && c.groups.find(g => g.id == c.groupId)?.name === name; }",
+                               arg=name, timeout=30_000)
         if page.locator("#right-nav-panel").is_visible():
             page.locator("#rightNavDrawerIcon").click()
         self.wait_idle()
@@ -422,6 +494,15 @@ class STPage:
     def recorded_toasts(self) -> list[str]:
         """Toasts seen since record_toasts()."""
         return self.evaluate("() => window.__toastLog ?? []")
+
+
+def save_settings(st: STPage) -> None:
+    """Save SillyTavern's settings now and wait until the server has them (SETTINGS_UPDATED)."""
+    st.evaluate("""() => new Promise(resolve => {
+        const ctx = SillyTavern.getContext();
+        ctx.eventSource.once(ctx.eventTypes.SETTINGS_UPDATED, resolve);
+        ctx.saveSettingsDebounced();
+    })""")
 
 
 def configure_chronicler(st: STPage, **values: Any) -> None:

@@ -25,3 +25,9 @@ test('dc2: the toast says memory is off until the sidecar is back, and why', () 
     assert.match(text, /not reachable/);
     assert.match(text, /1500 ms/);
 });
+
+test('dc2: a missing route or a refused token is not called "not reachable"', () => {
+    assert.match(outageMessage({ status: 404, code: 'not_found', message: 'Not Found' }), /lacks a route/);
+    assert.match(outageMessage({ status: 401, code: 'unauthorized', message: 'bad token' }), /refused the token/);
+    assert.match(outageMessage({ status: 0, code: 'unreachable', message: 'x' }), /not reachable/);
+});

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { DEFAULTS, normaliseUrl, withDefaults } from '../../extension/src/settings.js';
+import { DEFAULTS, fromInstallConfig, normaliseUrl, withDefaults } from '../../extension/src/settings.js';
 import { describeConnection } from '../../extension/src/connection.js';
 
 test('dc2: empty settings get the defaults (sidecar on 127.0.0.1:7711, 1.5 s per-turn limit)', () => {
@@ -44,4 +44,14 @@ test('rv17: the connection test tells a refused token apart from a sidecar that 
     assert.equal(ok.ok, true);
     assert.match(ok.text, /0\.1\.0/);
     assert.match(ok.text, /still loading/);
+});
+
+test('dc2: the install config fills URL and token only while the user has set neither', () => {
+    const file = { sidecarUrl: 'http://127.0.0.1:7712/v1/', token: ' abc ' };
+    assert.deepEqual(fromInstallConfig(undefined, file), { sidecarUrl: 'http://127.0.0.1:7712', token: 'abc' });
+    assert.deepEqual(fromInstallConfig({ enabled: true, sidecarUrl: '' }, file), { sidecarUrl: 'http://127.0.0.1:7712', token: 'abc' });
+    assert.equal(fromInstallConfig({ token: 'mine' }, file), null);
+    assert.equal(fromInstallConfig({ sidecarUrl: 'http://127.0.0.1:9999' }, file), null);
+    assert.equal(fromInstallConfig({}, null), null);
+    assert.deepEqual(fromInstallConfig({}, { sidecarUrl: 'javascript:alert(1)', token: 't' }), { token: 't' });
 });

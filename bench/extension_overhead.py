@@ -1,0 +1,179 @@
+"""The extension's extra time per generation, measured in the browser (issue 6: p95 <= 100 ms).
+
+Real SillyTavern + Chromium + the real sidecar + the fake model, exactly as the E2E tests run them
+(tests/e2e/st.py, sidecar.py). A character chat gets N generations (user message + reply); for
+each, the page records:
+- `interceptor`: the time SillyTavern waited on our generate interceptor (sync wait, POST
+  /v1/context, trimming, injection) — the extension's own number (window.chronicler.stats.timings);
+- `handlers`: the synchronous part of our event handlers (ids, records, ledger), which SillyTavern
+  awaits during the same generation;
+- `extra` = interceptor + handlers of that generation;
+- `turn` with the extension on, and `turn_off` with it switched off (a second run of N turns): the
+  time from MESSAGE_SENT to MESSAGE_RECEIVED as SillyTavern sees it, for an A/B sanity check;
+- `context_call_from_python`: the page's last POST /v1/context replayed N times from Python (a new
+  last action each time, so nothing is cached): the sidecar's own time plus loopback HTTP, without
+  the browser — how much of `extra` is the sidecar's.
+
+    .venv/bin/python bench/extension_overhead.py [--n 50] [--memories 40]
+
+Prints p50/p95 in ms and writes bench/results/extension_overhead.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.e2e.sidecar import Sidecar  # noqa: E402
+from tests.e2e.st import (CHROMIUM, CHROMIUM_ARGS, SillyTavernServer, STPage, configure_chronicler,  # noqa: E402
+                          ensure_sillytavern, prepare_data_root)
+from tests.fakellm import FakeLLM  # noqa: E402
+
+TURN_PROBE = """() => {
+    const ctx = SillyTavern.getContext();
+    window.__turns = [];
+    if (window.__turnProbe) return;
+    window.__turnProbe = true;
+    let sent = null;
+    ctx.eventSource.on(ctx.eventTypes.MESSAGE_SENT, () => { sent = performance.now(); });
+    ctx.eventSource.on(ctx.eventTypes.MESSAGE_RECEIVED, () => {
+        if (sent !== null) window.__turns.push(performance.now() - sent);
+        sent = null;
+    });
+}"""
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-th percentile (nearest rank), in the values' unit."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, round(q / 100 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"n": len(values), "p50": round(pct(values, 50), 2), "p95": round(pct(values, 95), 2),
+            "mean": round(statistics.fmean(values), 2) if values else float("nan"),
+            "max": round(max(values), 2) if values else float("nan")}
+
+
+def seed_memories(side: Sidecar, avatar: str, chat_id: str, n: int) -> None:
+    """Give the context something to assemble: pinned and unpinned memories of the character."""
+    for i in range(n):
+        status, body = side.request("POST", "/v1/memories", {
+            "text": f"Fact number {i}: the traveller once visited the town of Harrow-{i} in spring.",
+            "scope": "character", "character_id": avatar, "pinned": i < 5, "actor": "user", "chat_id": chat_id})
+        if status != 201:
+            raise RuntimeError(f"could not seed a memory: {status} {body}")
+
+
+def replay_context(side: Sidecar, body: dict[str, Any], n: int) -> list[float]:
+    """Time the same context request from outside the browser, with a fresh last action each time."""
+    times = []
+    for i in range(n):
+        fresh = {**body, "last_action": {**body["last_action"],
+                                         "text": f"{body['last_action']['text']} (variation {i})"}}
+        started = time.perf_counter()
+        status, answer = side.request("POST", "/v1/context", fresh)
+        times.append((time.perf_counter() - started) * 1000)
+        if status != 200:
+            raise RuntimeError(f"context replay failed: {status} {answer}")
+    return times
+
+
+def run_turns(st: STPage, n: int, label: str) -> list[float]:
+    st.evaluate(TURN_PROBE)
+    for i in range(n):
+        st.send(f"{label} turn {i}: I walk further along the forest path.")
+    return st.evaluate("() => window.__turns")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=50, help="generations per run (default 50)")
+    parser.add_argument("--memories", type=int, default=40, help="memories seeded for the character")
+    args = parser.parse_args()
+
+    from playwright.sync_api import sync_playwright
+
+    package = ensure_sillytavern()
+    with tempfile.TemporaryDirectory(prefix="chronicler-bench-") as tmp, FakeLLM() as fake:
+        tmp_path = Path(tmp)
+        root = tmp_path / "st-data"
+        prepare_data_root(root, package, fake.url, ROOT / "extension")
+        server = SillyTavernServer(package, root).start()
+        side = Sidecar(tmp_path / "sidecar", origins=[server.origin]).start()
+        try:
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+                page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+                st = STPage(page, server.url, tmp_path / "shots").open()
+                configure_chronicler(st, sidecarUrl=side.url, token=side.token, enabled=True)
+                st.select_character("Seraphina")
+                avatar, chat_id = st.evaluate("() => { const c = SillyTavern.getContext();"
+                                              " return [c.characters[c.characterId].avatar, c.getCurrentChatId()]; }")
+                deadline = time.monotonic() + 30
+                while side.request("GET", f"/v1/characters/{avatar}")[0] != 200 and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                seed_memories(side, avatar, chat_id, args.memories)
+                st.send("A first turn to warm everything up.")
+                st.evaluate("() => { window.chronicler.stats.timings.items = [];"
+                            " window.chronicler.stats.handlers.items = []; window.chronicler.stats.parts.items = []; }")
+
+                on = run_turns(st, args.n, "on")
+                stats = st.evaluate("() => ({timings: window.chronicler.stats.timings.items,"
+                                    " handlers: window.chronicler.stats.handlers.items,"
+                                    " parts: window.chronicler.stats.parts.items,"
+                                    " request: window.chronicler.stats.lastRequest,"
+                                    " lastError: String(window.chronicler.stats.lastError ?? ''),"
+                                    " features: window.chronicler.features.known,"
+                                    " report: window.chronicler.stats.lastReport})")
+                replayed = replay_context(side, stats["request"], args.n)
+                configure_chronicler(st, enabled=False)
+                off = run_turns(st, args.n, "off")
+                browser.close()
+        finally:
+            side.stop()
+            server.stop()
+
+    timings: list[float] = stats["timings"]
+    handlers: list[float] = stats["handlers"]
+    # Each generation: one interceptor call and (MESSAGE_SENT + MESSAGE_RECEIVED) two handler runs.
+    per_turn_handlers = [sum(handlers[i:i + 2]) for i in range(0, len(handlers), 2)]
+    extra = [t + h for t, h in zip(timings, per_turn_handlers)]
+    result: dict[str, Any] = {
+        "generations": args.n,
+        "memories": args.memories,
+        "interceptor_ms": summary(timings),
+        "handlers_ms_per_generation": summary(per_turn_handlers),
+        "extra_ms": summary(extra),
+        "of_which_sync_wait_ms": summary([p["wait"] for p in stats["parts"]]),
+        "of_which_context_call_ms": summary([p["context"] for p in stats["parts"]]),
+        "context_call_from_python_ms": summary(replayed),
+        "turn_ms_extension_on": summary(on),
+        "turn_ms_extension_off": summary(off),
+        "sidecar_features": stats["features"],
+        "last_error": stats["lastError"],
+        "context_sections": sorted((stats["report"] or {}).get("sections", {}).keys()),
+    }
+    out_dir = ROOT / "bench" / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "extension_overhead.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    target = "met" if result["extra_ms"]["p95"] <= 100 else "NOT met"
+    print(f"extra time per generation: p50 {result['extra_ms']['p50']} ms, p95 {result['extra_ms']['p95']} ms "
+          f"(target p95 <= 100 ms: {target})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Slash commands typed into SillyTavern's input box (RV9b: a person adds a memory and picks the scope)."""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+
+from tests.e2e.sidecar import Sidecar
+from tests.e2e.st import STPage, configure_chronicler
+
+
+def _q(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
+
+
+def _run_command(st: STPage, text: str) -> None:
+    """Type a slash command and send it; commands add no chat message, so wait for the box to empty."""
+    st.wait_idle()
+    box = st.page.locator("#send_textarea")
+    box.fill(text)
+    st.page.locator("#send_but").click()
+    st.page.wait_for_function("() => document.querySelector('#send_textarea').value === ''", timeout=15_000)
+
+
+def _wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_rv9b_slash_remember_saves_pinned_and_global_memories_as_the_person(st: STPage, sidecar: Sidecar) -> None:
+    """rule RV9b (and RV11): /remember saves a memory for the chat's character, pinned when asked;
+    scope=global saves one for everyone. A person wrote them: actor user, no turn."""
+    configure_chronicler(st, sidecarUrl=sidecar.url, token=sidecar.token)
+    st.select_character("Seraphina")
+    avatar = st.evaluate("() => SillyTavern.getContext().characters[SillyTavern.getContext().characterId].avatar")
+    _wait_for(lambda: sidecar.request("GET", f"/v1/characters/{_q(avatar)}")[0] == 200, what="character")
+    st.record_toasts()
+    before = st.chat_length()
+
+    _run_command(st, "/remember pin=true Seraphina swore to guard the glade.")
+    _run_command(st, "/remember scope=global The old war ended in the year 1312.")
+
+    def found(text: str, query: str):
+        status, body = sidecar.request("GET", f"/v1/memories?{query}")
+        assert status == 200, body
+        return next((m for m in body["memories"] if m["text"] == text), None)
+
+    pinned = _wait_for(lambda: found("Seraphina swore to guard the glade.", f"scope=character&character_id={_q(avatar)}"),
+                       what="pinned memory")
+    assert pinned["pinned"] is True and pinned["actor"] == "user" and pinned["turn_id"] is None
+    glob = _wait_for(lambda: found("The old war ended in the year 1312.", "scope=global"), what="global memory")
+    assert glob["pinned"] is False and glob["character_id"] is None
+    st.shot("after-remember-commands")
+    assert st.chat_length() == before, "commands add nothing to the chat"
+    toasts = st.recorded_toasts()
+    assert any("Saved a pinned memory of Seraphina" in t for t in toasts), toasts
+    assert any("Saved a global memory" in t for t in toasts), toasts

@@ -1,0 +1,100 @@
+// The interceptor as SillyTavern runs it (extension/src/interceptor.js createInterceptor): fail open,
+// a missing context route, the bounded wait for syncs, injection and trimming.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { SidecarError } from '../../extension/src/client.js';
+import { RingBuffer, createInterceptor } from '../../extension/src/interceptor.js';
+import { ID_KEY } from '../../extension/src/sync.js';
+
+function msg(id, user = false) {
+    return { name: user ? 'User' : 'Seraphina', is_user: user, mes: `text ${id}`, extra: { [ID_KEY]: id } };
+}
+
+function setup({ answer, error, known = {}, idleMs = 0, settings = {} } = {}) {
+    const prompts = [];
+    const failures = [];
+    const calls = [];
+    const noted = {};
+    const stored = [msg('a', true), msg('b'), msg('c', true)];
+    const ctx = {
+        chat: stored,
+        characters: [{ avatar: 'Seraphina.png' }],
+        characterId: 0,
+        getCurrentChatId: () => 'chat',
+        setExtensionPrompt: (...args) => prompts.push(args),
+        uuidv4: () => 'turn-1',
+    };
+    const waits = [];
+    const deps = {
+        getContext: () => ctx,
+        getSettings: () => ({ enabled: true, contextTimeoutMs: 1500, syncWaitMs: 750, injection: {}, ...settings }),
+        getClient: () => ({
+            context: async (body, options) => {
+                calls.push([body, options]);
+                if (error) throw error;
+                return answer;
+            },
+        }),
+        sync: { rollback: () => {}, settled: async (_chat, ms) => { waits.push(ms); await new Promise(r => setTimeout(r, Math.min(ms, idleMs))); } },
+        turns: { current: null },
+        injected: { keys: new Set() },
+        notifyFailure: (e) => failures.push(e),
+        notifySuccess: () => {},
+        stats: { timings: new RingBuffer(10), lastReport: null, lastError: null, lastTrimmed: 0 },
+        features: { known, note: (name, value) => { noted[name] = value; } },
+    };
+    return { run: createInterceptor(deps), ctx, prompts, failures, calls, noted, waits, deps, stored };
+}
+
+test('rv2/dc2: the blocks are injected and the request\'s copy of the chat is cut to the live window', async () => {
+    const s = setup({ answer: { blocks: [{ section: 'pinned_memories', text: 'Pinned {{char}}', position: 'in_prompt', depth: 0, role: 'system' }], live_message_ids: ['b', 'c'], report: { ok: 1 } } });
+    const request = s.stored.map(m => ({ ...m }));
+    await s.run(request, 4000, () => {}, 'normal');
+    assert.deepEqual(request.map(m => m.extra[ID_KEY]), ['b', 'c']);
+    assert.equal(s.stored.length, 3, 'the stored chat keeps every message');
+    assert.equal(s.prompts.length, 1);
+    assert.equal(s.prompts[0][0], 'chronicler_00_pinned_memories');
+    assert.equal(s.prompts[0][1].replace(/\u2060/g, ''), 'Pinned {{char}}');
+    assert.equal(s.deps.turns.current.id, 'turn-1');
+    assert.equal(s.deps.stats.timings.items.length, 1);
+});
+
+test('dc2: the wait for pending syncs is bounded so the context call keeps its share of the limit', async () => {
+    const s = setup({ answer: { blocks: [], live_message_ids: [] }, idleMs: 50, settings: { syncWaitMs: 40 } });
+    await s.run([...s.stored], 4000, () => {}, 'normal');
+    assert.deepEqual(s.waits, [40]);
+    assert.ok(s.calls[0][1].timeoutMs >= 1500 - 40 - 30, `context call got ${s.calls[0][1].timeoutMs} ms`);
+});
+
+test('dc2: fail open — an error leaves the chat untouched, clears our slots and reports once to the notifier', async () => {
+    const s = setup({ error: new SidecarError({ code: 'timeout', message: 'slow' }) });
+    s.deps.injected.keys = new Set(['chronicler_00_x']);
+    const request = s.stored.map(m => ({ ...m }));
+    await s.run(request, 4000, () => {}, 'normal');
+    assert.equal(request.length, 3);
+    assert.deepEqual(s.prompts.map(p => [p[0], p[1]]), [['chronicler_00_x', '']]);
+    assert.equal(s.failures.length, 1);
+    assert.deepEqual(s.noted, {});
+});
+
+test('dc2: a sidecar without the context route is noted and then not asked again', async () => {
+    const s = setup({ error: new SidecarError({ status: 404, code: 'not_found', message: 'Not Found' }) });
+    await s.run([...s.stored], 4000, () => {}, 'normal');
+    assert.deepEqual(s.noted, { context: false });
+    const t = setup({ known: { context: false } });
+    await t.run([...t.stored], 4000, () => {}, 'normal');
+    assert.deepEqual(t.calls, [], 'no request');
+    assert.deepEqual(t.failures, [], 'no toast per turn');
+    assert.equal(t.deps.turns.current.id, 'turn-1', 'the turn is still numbered (tools and rollback need it)');
+    assert.equal(t.deps.stats.timings.items.length, 1);
+});
+
+test('dc2: quiet generations and a disabled extension are left alone', async () => {
+    const s = setup({ answer: { blocks: [] } });
+    await s.run([...s.stored], 4000, () => {}, 'quiet');
+    const t = setup({ answer: { blocks: [] }, settings: { enabled: false } });
+    await t.run([...t.stored], 4000, () => {}, 'normal');
+    assert.deepEqual([...s.calls, ...t.calls], []);
+    assert.equal(s.deps.turns.current, null);
+});
