@@ -10,7 +10,7 @@ from flask import Flask
 from flask_cors import CORS
 from werkzeug.exceptions import HTTPException
 
-from . import api, conversation, jobs, migrations  # noqa: F401  (conversation registers the job kinds)
+from . import api, conversation, jobs, migrations, search  # noqa: F401  (conversation registers the job kinds)
 from .api.common import EXTENSION_KEY
 from .clock import Clock
 from .db import Database, StorageFull, StorageUnavailable
@@ -101,4 +101,5 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
     _install_error_envelope(app)
     api.register(app)
     app.extensions["chronicler_worker"] = jobs.start(services)
+    search.start(services)  # builds the in-memory search index in the background
     return app

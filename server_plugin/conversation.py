@@ -58,7 +58,7 @@ def ingest(svc: Services, chat_id: str, raw: list[dict[str, Any]]) -> dict[str, 
         return {**_outcome(chat_id, None), "memory_enabled": False, "stored": False}
     batch = messages.normalise(svc, raw)
     vectors = {p.text: p for p in index.prepare(
-        svc.embedder, messages.texts_to_embed(svc.db.reader(), chat_id, batch), svc.embed_wait())}
+        svc, messages.texts_to_embed(svc.db.reader(), chat_id, batch), svc.embed_wait())}
     with svc.db.write() as conn:
         chat = chats.fetch(conn, chat_id)
         if chat is None:
@@ -138,6 +138,7 @@ def rename_chat(svc: Services, chat_id: str, new_id: str) -> dict[str, Any]:
         conn.execute("UPDATE chats SET id=?, updated_at=? WHERE id=?", (new_id, svc.clock.iso(), chat_id))
         for table in _tables_with_chat_id(conn):
             conn.execute(f'UPDATE "{table}" SET chat_id=? WHERE chat_id=?', (new_id, chat_id))
+        index.moved_chat(conn, chat_id, new_id)
         return chats.fetch(conn, new_id)  # type: ignore[return-value]
 
 

@@ -67,6 +67,8 @@ class Database:
         # Bumped after every committed write: a cache keyed by it is never stale (one process
         # owns the store, see cli.lock_data_dir).
         self.generation = 0
+        self._commit_listeners: list[Callable[[], None]] = []
+        self._close_listeners: list[Callable[[], None]] = []
 
     def _connect(self) -> Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
@@ -144,6 +146,19 @@ class Database:
                 callbacks, self._local.after_commit = self._local.after_commit, []
         for callback in callbacks:  # committed (an error would have left above): outside the lock
             callback()
+        for listener in list(self._commit_listeners):
+            listener()
+
+    def on_commit(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after every committed write transaction from now on (outside the lock,
+        in the committing thread): e.g. wake a thread that keeps an in-memory copy current. It
+        must be quick and must not raise."""
+        self._commit_listeners.append(listener)
+
+    def on_close(self, listener: Callable[[], None]) -> None:
+        """Call `listener` at the start of `close()`, before any connection closes: e.g. stop a
+        thread that reads the store (closing a connection another thread is using can crash)."""
+        self._close_listeners.append(listener)
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Call `callback` once the current write transaction has committed (at once outside one;
@@ -175,6 +190,8 @@ class Database:
 
     def close(self) -> None:
         """Close every connection (readers of all threads, then the writer)."""
+        for listener in list(self._close_listeners):
+            listener()
         with self._readers_lock:
             for conn in self._all_readers:
                 try:

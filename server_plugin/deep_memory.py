@@ -82,7 +82,7 @@ def _prepare(svc: Services, job: jobs.Job, result: prompts.Extraction) -> None:
     # Embed outside the write transaction; memories.create then finds the vectors in the cache.
     texts = [d.text for d in result.items]
     if texts:
-        index.prepare(svc.embedder, texts, svc.embed_wait())
+        index.prepare(svc, texts, svc.embed_wait())
 
 
 def _saved(conn: Connection, draft: prompts.MemoryDraft) -> bool:

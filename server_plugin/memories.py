@@ -153,7 +153,7 @@ def create(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     _check_text(svc, text)
     scope, character_id = _scope_key(data)
     pinned = bool(data.get("pinned", False))
-    prepared = index.prepare(svc.embedder, [text], svc.embed_wait())[0]
+    prepared = index.prepare(svc, [text], svc.embed_wait())[0]
     memory_id = "m_" + uuid.uuid4().hex
     now = svc.clock.iso()
     with svc.db.write() as conn:
@@ -167,7 +167,8 @@ def create(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
             (memory_id, text, scope, character_id, int(pinned), data["actor"], data.get("chat_id"),
              data.get("turn_id"), dumps(_known(data.get("known_by"))),
              dumps(list(data.get("source_message_ids", []))), now, now))
-        _index(conn, memory_id, prepared, now, data.get("chat_id"), character_id, data.get("known_by"))
+        _index(conn, memory_id, prepared, now, data.get("chat_id"), character_id, data.get("known_by"),
+               data.get("source_message_ids", []))
         archived = [] if pinned else _archive_overflow(svc, conn, scope, character_id)
         result = to_dict(_fetch_row(conn, memory_id), svc)
     result["archived_ids"] = archived
@@ -179,13 +180,14 @@ def _known(known_by: Iterable[str] | None) -> list[str] | None:
 
 
 def _index(conn: Connection, memory_id: str, prepared: index.Prepared | None, created_at: str,
-           chat_id: str | None, character_id: str | None, known_by: Iterable[str] | None) -> None:
+           chat_id: str | None, character_id: str | None, known_by: Iterable[str] | None,
+           sources: Iterable[str]) -> None:
     if prepared is None:
         index.update_meta(conn, KIND, memory_id, chat_id=chat_id, character_id=character_id,
                           known_by=_known(known_by))
     else:
         index.put(conn, KIND, memory_id, prepared, created_at=created_at, chat_id=chat_id,
-                  character_id=character_id, known_by=known_by)
+                  character_id=character_id, known_by=known_by, source_message_ids=sources)
 
 
 def update(svc: Services, memory_id: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -193,7 +195,7 @@ def update(svc: Services, memory_id: str, data: dict[str, Any]) -> dict[str, Any
     actor = data["actor"]
     if "text" in data:
         _check_text(svc, data["text"])
-    prepared = index.prepare(svc.embedder, [data["text"]], svc.embed_wait())[0] if "text" in data else None
+    prepared = index.prepare(svc, [data["text"]], svc.embed_wait())[0] if "text" in data else None
     with svc.db.write() as conn:
         row = _fetch_row(conn, memory_id)
         if "version" in data and data["version"] != row["version"]:
@@ -216,7 +218,7 @@ def update(svc: Services, memory_id: str, data: dict[str, Any]) -> dict[str, Any
             (new["text"], new["scope"], new["character_id"], int(new["pinned"]), int(new["archived"]),
              dumps(_known(new["known_by"])), now, memory_id))
         _index(conn, memory_id, prepared, row["created_at"], row["chat_id"], new["character_id"],
-               new["known_by"])
+               new["known_by"], _ids(row["source_message_ids"]))
         archived = [] if new["pinned"] else _archive_overflow(svc, conn, new["scope"], new["character_id"])
         result = to_dict(_fetch_row(conn, memory_id), svc)
     result["archived_ids"] = [a for a in archived if a != memory_id]

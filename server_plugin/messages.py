@@ -202,8 +202,22 @@ def _next_position(conn: Connection, chat_id: str) -> int:
 def _vector(svc: Services, vectors: dict[str, index.Prepared], text: str) -> index.Prepared:
     # Normally prepared before the transaction; a concurrent edit may bring a text we did not see.
     if text not in vectors:
-        vectors[text] = index.prepare(svc.embedder, [text], svc.embed_wait())[0]
+        vectors[text] = index.prepare(svc, [text], svc.embed_wait())[0]
     return vectors[text]
+
+
+def session_key(chat_id: str, session_n: int | None) -> str:
+    """A message's neighbour group for search: its chat's session ("<chat>#<n>"; "<chat>#" before
+    one). The chat is everything before the last "#", so two chats never share a key."""
+    return f"{chat_id}#{'' if session_n is None else session_n}"
+
+
+def _index(conn: Connection, row: Any, prepared: index.Prepared, known_by: Iterable[str]) -> None:
+    """The message's search entry, from its stored row (SW6): speaker, place, date, itself as source."""
+    index.put(conn, KIND, str(row["seq"]), prepared, created_at=row["sent_at"], chat_id=row["chat_id"],
+              character_id=row["speaker_id"], known_by=known_by,
+              session_key=session_key(row["chat_id"], row["session_n"]), position=row["position"],
+              speaker_name=row["name"] or row["role"], source_message_ids=[row["id"]])
 
 
 def _insert(svc: Services, conn: Connection, chat_id: str, members: Sequence[str], m: Incoming,
@@ -215,9 +229,9 @@ def _insert(svc: Services, conn: Connection, chat_id: str, members: Sequence[str
         (chat_id, m.id, m.role, m.name, m.text, sent_at, m.turn_id, m.speaker_id, position,
          m.tokens, now, now)).lastrowid
     witnesses = [*members, m.speaker_id] if m.speaker_id else list(members)
-    index.put(conn, KIND, str(seq), _vector(svc, vectors, m.text), created_at=sent_at,
-              chat_id=chat_id, character_id=m.speaker_id, known_by=witnesses)
-    return fetch(conn, chat_id, m.id)
+    row = fetch(conn, chat_id, m.id)
+    _index(conn, row, _vector(svc, vectors, m.text), witnesses)
+    return row
 
 
 def _update(svc: Services, conn: Connection, row: Any, m: Incoming, now: str,
@@ -241,10 +255,10 @@ def _update(svc: Services, conn: Connection, row: Any, m: Incoming, now: str,
     if speaker_id:
         known.add(speaker_id)
     if edited:
-        index.put(conn, KIND, str(row["seq"]), _vector(svc, vectors, m.text), created_at=sent_at,
-                  chat_id=row["chat_id"], character_id=speaker_id, known_by=known)
-    elif speaker_id != row["speaker_id"]:
-        index.update_meta(conn, KIND, str(row["seq"]), character_id=speaker_id, known_by=known)
+        _index(conn, fetch(conn, row["chat_id"], row["id"]), _vector(svc, vectors, m.text), known)
+    else:
+        index.update_meta(conn, KIND, str(row["seq"]), character_id=speaker_id, known_by=known,
+                          position=position, speaker_name=m.name or m.role, created_at=sent_at)
     return "edited" if edited else "updated"
 
 

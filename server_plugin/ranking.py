@@ -127,13 +127,22 @@ class Cast:
                 seen.append(cid)
         return seen
 
-    def sub(self, text: str, repl) -> str:
-        """Replace every name; `repl(match, character_id, possessive)` returns the new text."""
+    def sub(self, text: str, repl, *, capitalised_only: bool = False) -> str:
+        """Replace every name; `repl(match, character_id, possessive)` returns the new text.
+
+        With `capitalised_only`, a name is replaced only where it starts with a capital letter:
+        stored texts write names capitalised, and a character called "Will" or "Hope" must not
+        take the words "will" and "hope" out of every message.
+        """
         if self._pattern is None:
             return text
-        return self._pattern.sub(
-            lambda m: repl(m, self.aliases[m.group(1).lower()], bool(m.group(2))), text
-        )
+
+        def one(m: re.Match) -> str:
+            if capitalised_only and not m.group(1)[:1].isupper():
+                return m.group(0)
+            return repl(m, self.aliases[m.group(1).lower()], bool(m.group(2)))
+
+        return self._pattern.sub(one, text)
 
 
 _SPACES = re.compile(r"\s+")
@@ -155,7 +164,7 @@ def dense_text(text: str, cast: Cast) -> str:
     MiniLM's cosine is dominated by the names it sees; without them it ranks by what happened.
     BM25 keeps the names (it weighs them by rarity, which is what we want there).
     """
-    return _tidy(cast.sub(text, lambda m, cid, poss: " their " if poss else " "))
+    return _tidy(cast.sub(text, lambda m, cid, poss: " their " if poss else " ", capitalised_only=True))
 
 
 _PREPOSITIONS = frozenset(
@@ -705,19 +714,23 @@ class Corpus:
     days: np.ndarray | None = None  # date ordinal per item (NaN when undated)
     timestamps: np.ndarray | None = None  # seconds, for the recency prior
     importance: np.ndarray | None = None  # 1..5, for the importance prior
+    # Speakers as integer codes (-1: none) and the code of each speaker id. A store that keeps
+    # them up to date passes them in; otherwise they are built from `speakers` on first use.
+    speaker_codes: np.ndarray | None = None
+    speaker_table: Mapping[str, int] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def speaker_mask(self, named: Sequence[str]) -> np.ndarray:
         """Rows spoken by any of `named` (speaker codes are built once, then reused)."""
-        codes = self.__dict__.get("_speaker_codes")
-        if codes is None:
+        if self.speaker_codes is None or self.speaker_table is None:
             table: dict[str, int] = {}
-            codes = np.array([-1 if s is None else table.setdefault(s, len(table)) for s in self.speakers],
-                             dtype=np.int64)
-            self.__dict__["_speaker_codes"], self.__dict__["_speaker_table"] = codes, table
-        table = self.__dict__["_speaker_table"]
+            self.speaker_codes = np.array(
+                [-1 if s is None else table.setdefault(s, len(table)) for s in self.speakers],
+                dtype=np.int64)
+            self.speaker_table = table
+        codes, table = self.speaker_codes, self.speaker_table
         wanted = [table[n] for n in named if n in table]
         return np.isin(codes, wanted) if wanted else np.zeros(len(codes), dtype=bool)
 

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
-from . import chats, jobs, messages, notes, prompts, summaries
+from . import chats, index, jobs, messages, notes, prompts, summaries
 from .clock import parse_iso
 from .db import Connection, dumps, loads
 from .errors import NotFound
@@ -104,6 +104,7 @@ def place(svc: Services, conn: Connection, chat_id: str, inserted: Sequence[Any]
             n = _start(svc, conn, chat_id, sent)
             last_at = sent
         conn.execute("UPDATE messages SET session_n=? WHERE seq=?", (n, row["seq"]))
+        index.update_meta(conn, messages.KIND, str(row["seq"]), session_key=messages.session_key(chat_id, n))
         last_at = max(last_at or sent, sent)
     if n is not None:
         conn.execute("UPDATE sessions SET last_at=?, updated_at=? WHERE chat_id=? AND n=?",
@@ -212,10 +213,33 @@ def _apply(svc: Services, conn: Connection, job: jobs.Job, result: prompts.Sessi
                  (result.full, result.short, dumps(quotes), svc.clock.iso(), job.chat_id, n))
     written = notes.apply_session(svc, conn, job.chat_id, result.notes, result.resolved_note_ids,
                                   session_n=n, turn_id=job.turn_id, job_id=job.id)
+    if prepared is not None:
+        _index(conn, job.chat_id, n, row, prepared, result)
     return {"session": n, **written, "dropped_quotes": len(result.dropped_quotes)}
 
 
-jobs.register(KIND, _apply, build=_build)
+def _prepare(svc: Services, job: jobs.Job, result: prompts.SessionSummary) -> Any:
+    # The full summary as a search item (SW6): embedded before the job's write transaction.
+    return index.prepare(svc, [result.render()], svc.embed_wait())[0]
+
+
+def search_ref(chat_id: str, n: int) -> str:
+    """The search index id of a session's summary ("<chat>#<n>", like its messages' session key)."""
+    return messages.session_key(chat_id, n)
+
+
+def _index(conn: Connection, chat_id: str, n: int, row: Any, prepared: index.Prepared,
+           result: prompts.SessionSummary) -> None:
+    """Known by the session's witnesses — the chat's members and whoever spoke in it (SW9b);
+    it cites the messages it quotes (the whole session is GET …/sessions/{n})."""
+    speakers = [r[0] for r in conn.execute("SELECT DISTINCT speaker_id FROM messages WHERE chat_id=?"
+                                           " AND session_n=? AND speaker_id IS NOT NULL", (chat_id, n))]
+    index.put(conn, KIND, search_ref(chat_id, n), prepared, created_at=row["last_at"], chat_id=chat_id,
+              known_by=[*chats.members(conn, chat_id), *speakers],
+              source_message_ids=[q.message_id for q in result.quotes])
+
+
+jobs.register(KIND, _apply, build=_build, prepare=_prepare)
 
 
 # --- for the context assembler ---------------------------------------------------------------
@@ -244,4 +268,6 @@ def story_summary_parts(svc: Services, chat_id: str) -> list[dict[str, Any]]:
 
 
 def delete_for_chat(conn: Connection, chat_id: str) -> int:
+    numbers = [r[0] for r in conn.execute("SELECT n FROM sessions WHERE chat_id=?", (chat_id,))]
+    index.remove(conn, KIND, [search_ref(chat_id, n) for n in numbers])
     return conn.execute("DELETE FROM sessions WHERE chat_id=?", (chat_id,)).rowcount

@@ -159,8 +159,38 @@ CONTEXT = [
     _s("sheet_draft_quotes", int, 3, "Verbatim lines kept in a drafted sheet (SW1, SW8).", 0),
 ]
 
+SEARCH = [
+    # Hybrid search (search.py, ranking.py; SW6). Defaults equal ranking.RankingParams, tuned on 4
+    # LoCoMo conversations and checked on the other 6 (docs/search.md, bench/README.md). Channel
+    # weights are in z units; priors add to the fused z-score.
+    _s("search_max_k", int, 100, "Most results one search returns.", 1),
+    _s("search_k1", float, 1.5, "BM25 term-frequency saturation.", 0),
+    _s("search_b", float, 0.94, "BM25 length normalisation (0: none, 1: full).", 0),
+    _s("search_neighbour_w1", float, 0.9, "BM25: share of the ±1 session neighbours' term counts a message borrows.", 0),
+    _s("search_neighbour_w2", float, 0.5, "BM25: share of the ±2 session neighbours' term counts a message borrows.", 0),
+    _s("search_window_w1", float, 1.0, "Window vectors: weight of the ±1 neighbours' vectors.", 0),
+    _s("search_window_w2", float, 0.6, "Window vectors: weight of the ±2 neighbours' vectors.", 0),
+    _s("search_passage_min_words", int, 16, "Write time: long items get one vector per passage of at least this many words.", 1),
+    _s("search_w_bm25", float, 0.75, "Weight of the BM25 channel.", 0),
+    _s("search_w_dense", float, 0.45, "Weight of the item's own vector (cosine).", 0),
+    _s("search_w_dense_win1", float, 0.2, "Weight of the ±1 window vector (a message with its neighbours).", 0),
+    _s("search_w_dense_win2", float, 0.225, "Weight of the ±2 window vector.", 0),
+    _s("search_w_dense_sent", float, 0.3, "Weight of the best passage of a long item.", 0),
+    _s("search_w_speaker", float, 3.75, "Prior: items spoken or owned by a character the query names.", 0),
+    _s("search_w_session", float, 0.15, "Prior: the best score in the item's session.", 0),
+    _s("search_w_temporal", float, 2.0, "Prior: items with time expressions, for questions asking when.", 0),
+    _s("search_w_length", float, 0.45, "Prior: substantive items over one-word replies (log content words).", 0),
+    _s("search_w_date", float, 2.5, "Prior: items dated in or just after a date the query names.", 0),
+    _s("search_date_after_days", float, 14.0, "Date prior: days after a named date that still count as inside it.", 0),
+    _s("search_date_tau_days", float, 7.0, "Date prior: decay scale in days beyond that.", 0.01),
+    _s("search_w_recency", float, 0.0, "Prior: newer items.", 0),
+    _s("search_w_importance", float, 0.0, "Prior: items of higher importance (1-5).", 0),
+    _s("search_query_person", str, "first_person", "Dense query: first_person (the first name becomes I/me/my) or strip (names removed)."),
+    _s("search_rebuild_share", float, 0.1, "Rebuild the in-memory index in the background once this share of its rows are dead (edits, deletes).", 0.01),
+]
+
 ALL_SETTINGS: list[Setting] = (SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES + CONVERSATION + DRAFTS
-                               + CONTEXT)
+                               + CONTEXT + SEARCH)
 TABLE: dict[str, Setting] = {s.name: s for s in ALL_SETTINGS}
 
 
@@ -282,6 +312,8 @@ def load_settings(
         raise SettingsError(f"llm_mode must be extractive, openai or client, got {values['llm_mode']!r}")
     if values["llm_json_mode"] not in {"off", "json_object", "json_schema"}:
         raise SettingsError(f"llm_json_mode must be off, json_object or json_schema, got {values['llm_json_mode']!r}")
+    if values["search_query_person"] not in {"first_person", "strip"}:
+        raise SettingsError(f"search_query_person must be first_person or strip, got {values['search_query_person']!r}")
     if values["sqlite_synchronous"].upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
         raise SettingsError(f"sqlite_synchronous must be OFF, NORMAL, FULL or EXTRA")
     if values["context_required_percent"] > 100:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import __version__
+from .. import __version__, search
 from .common import svc
 
 bp = Blueprint("health", __name__)
@@ -20,4 +20,5 @@ def health() -> dict:
                      "error": s.embedder.error, "load_seconds": s.embedder.load_seconds},
         "tokenizer": s.tokens.name,
         "llm": {"mode": s.settings.llm_mode},
+        "search": search.status(s),
     }

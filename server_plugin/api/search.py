@@ -1,0 +1,18 @@
+"""POST /v1/search: hybrid search over the store, for a person or as one character knows it (SW6, SW9b)."""
+
+from __future__ import annotations
+
+from flask import Blueprint
+
+from .. import search
+from .common import body, svc
+
+bp = Blueprint("search", __name__)
+
+
+@bp.post("/search")
+def search_route() -> dict:
+    data = body("search.request")
+    return {"results": search.search(svc(), data["query"], viewer_id=data.get("viewer_id"),
+                                     chat_id=data.get("chat_id"), kinds=data.get("kinds"),
+                                     k=data.get("k", 10))}
