@@ -289,10 +289,11 @@ def secrets_among(conn: Connection, member_ids: Iterable[str]) -> list[Secret]:
     if len(members) < 2:
         return []
     out: list[Secret] = []
-    for row in conn.execute("SELECT id, kind, title, summary, known_by, updated_at FROM episodes"):
+    for row in conn.execute("SELECT id, kind, title, summary, quotes, known_by, updated_at FROM episodes"):
         knowers = _split(loads(row["known_by"]), members)
         if knowers:
             text = f"{row['title']}: {row['summary']}" if row["title"] else row["summary"]
+            text = " ".join([text, *(f"{q['speaker']}: \u201c{q['text']}\u201d" for q in loads(row["quotes"]))])
             out.append(Secret(ItemRef(row["kind"], row["id"]), text, knowers, row["updated_at"]))
     for row in conn.execute("SELECT id, text, known_by, updated_at FROM memories WHERE known_by IS NOT NULL"):
         knowers = _split(loads(row["known_by"]), members)
@@ -316,9 +317,13 @@ def secrets_among(conn: Connection, member_ids: Iterable[str]) -> list[Secret]:
 
 
 _WORD = re.compile(r"[^\W\d_]{4,}")
+_STOP = frozenset("""about above after again also been before being below between both could does
+doing down during each from further have having here into just more most once only other over
+same should some such than that their them then there these they this those through under until
+very what when where which while will with would your""".split())
 
 
 def content_words(text: str, ignore: Iterable[str] = ()) -> set[str]:
-    """Lower-cased words of 4+ letters, minus `ignore` (e.g. the cast's names)."""
-    skip = {w.casefold() for w in ignore}
+    """Lower-cased words of 4+ letters that carry meaning, minus `ignore` (e.g. the cast's names)."""
+    skip = {w.casefold() for w in ignore} | _STOP
     return {w for w in _WORD.findall(text.casefold()) if w not in skip}

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from flask import Flask
 
-from . import characters, chats, conversation, drafts, health, jobs, memories, notes, summaries
+from . import (characters, chats, conversation, drafts, episodes, health, jobs, memories, notes,
+               summaries)
 
 BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp, conversation.bp, summaries.bp,
-              notes.bp, jobs.bp, drafts.bp]
+              notes.bp, jobs.bp, drafts.bp, episodes.bp]
 
 
 def register(app: Flask) -> None:
