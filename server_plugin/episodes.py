@@ -36,7 +36,7 @@ from . import (characters, chats, conversation, deep_memory, index, jobs, messag
                visibility)
 from .db import Connection, dumps, loads
 from .errors import NotFound
-from .quotes import DroppedQuote, verify_quotes
+from .quotes import DroppedQuote, Quote, verify_quotes
 from .services import Services
 from .visibility import ItemRef
 
@@ -468,12 +468,9 @@ jobs.register(TOLD_JOB, _apply_told, build=_build_told)
 
 
 # --- provenance: rollback, deleted messages, deleted chats (RV10) ------------------------------
-def _strip(svc: Services, conn: Connection, row: Any, gone: set[str]) -> None:
-    """An item citing other messages too loses the gone ones and the quotes from them; its text
-    is indexed again (embedded inside the transaction: a delete is rare and small)."""
-    conn.executemany("DELETE FROM episode_sources WHERE episode_id=? AND message_id=?",
-                     [(row["id"], m) for m in gone])
-    quotes = [q for q in loads(row["quotes"]) if q["message_id"] not in gone]
+def _set_quotes(svc: Services, conn: Connection, row: Any, quotes: list[dict[str, Any]]) -> None:
+    """Store an item's remaining quotes and index its new text (embedded inside the transaction:
+    deletes and edits of quoted messages are rare and small)."""
     conn.execute("UPDATE episodes SET quotes=?, updated_at=?, version=version+1 WHERE id=?",
                  (dumps(quotes), svc.clock.iso(), row["id"]))
     new = conn.execute("SELECT * FROM episodes WHERE id=?", (row["id"],)).fetchone()
@@ -482,6 +479,34 @@ def _strip(svc: Services, conn: Connection, row: Any, gone: set[str]) -> None:
         index.put(conn, new["kind"], new["id"], index.prepare(svc.embedder, [text], svc.embed_wait())[0],
                   created_at=new["created_at"], chat_id=new["chat_id"],
                   character_id=new["character_id"], known_by=loads(new["known_by"]))
+
+
+def _strip(svc: Services, conn: Connection, row: Any, gone: set[str]) -> None:
+    """An item citing other messages too loses the gone ones and the quotes from them."""
+    conn.executemany("DELETE FROM episode_sources WHERE episode_id=? AND message_id=?",
+                     [(row["id"], m) for m in gone])
+    _set_quotes(svc, conn, row, [q for q in loads(row["quotes"]) if q["message_id"] not in gone])
+
+
+@conversation.on_messages_edited
+def recheck_quotes(svc: Services, conn: Connection, chat_id: str, rows: list[Any]) -> None:
+    """Edited messages (SW8): a stored quote that is no longer verbatim in its message is dropped;
+    a told event whose evidence is no longer in its message is undone. (What the item says is
+    not re-derived: like a summary, it describes the scene as it was read.)"""
+    texts = {r["id"]: r["text"] for r in rows}
+    marks = ",".join("?" * len(texts))
+    hit = conn.execute(f"SELECT DISTINCT e.* FROM episodes e JOIN episode_sources s ON s.episode_id = e.id"
+                       f" WHERE s.chat_id=? AND s.message_id IN ({marks})", (chat_id, *texts)).fetchall()
+    for row in hit:
+        quotes = loads(row["quotes"])
+        kept = [q for q in quotes if q["message_id"] not in texts or verify_quotes(
+            [Quote(q["speaker"], q["text"], q["message_id"])], texts).kept]
+        if len(kept) != len(quotes):
+            _set_quotes(svc, conn, row, kept)
+    told = conn.execute(f"SELECT id, evidence FROM told_events WHERE chat_id=? AND message_id IN ({marks})",
+                        (chat_id, *texts)).fetchall()
+    visibility.untell(svc, conn, [t["id"] for t in told
+                                  if not verify_quotes([Quote(**loads(t["evidence"]))], texts).kept])
 
 
 def forget_messages(svc: Services, conn: Connection, chat_id: str, message_ids: Iterable[str]) -> dict[str, int]:

@@ -297,6 +297,25 @@ def test_sw8_quotes_are_checked_again_against_the_message_as_it_is_when_stored(c
     assert memory["quotes"] == []
 
 
+def test_sw8_an_edited_message_keeps_only_the_quotes_still_in_it(with_model, api, services):
+    """rule SW8: after a message is edited, a stored quote no longer verbatim in it is dropped
+    (and the item's index text follows); a quote still in it stays."""
+    with_model.builders["character_memories"] = two_memories
+    harbour(api)
+    drain(services)
+    only_u1, both = episodes(api, kind="character_memory")
+    post_lines(api, "c1", [line("u1", "kai.png", "Kai sets the lantern down on the pier.", 0),
+                           line("a2", "ayla.png", '*She smiles.* "Then I will wait for you at the chapel."', 3,
+                                turn_id="t1")])
+    assert expect_ok(api.get(f"/v1/episodes/{only_u1['id']}"), 200)["episode"]["quotes"] == []
+    kept = expect_ok(api.get(f"/v1/episodes/{both['id']}"), 200, "episode.response")["episode"]
+    assert kept["quotes"] == [{"speaker": "Ayla", "text": "Then I will wait for you at the chapel.",
+                               "message_id": "a2"}]
+    assert index_entry(services, "character_memory", both["id"])["text"] == kept["text"]
+    assert KEEPER not in index_entry(services, "character_memory", only_u1["id"])["text"]
+    no_orphans(services)
+
+
 # --- provenance (RV10) ---------------------------------------------------------------------------
 def two_memories(lb: Labels) -> dict:
     """One memory from u1 only, one from u1 and a2 with a quote from each."""

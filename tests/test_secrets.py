@@ -204,6 +204,16 @@ def test_sw9b_deleting_the_evidence_message_undoes_the_telling(api, services, fa
     no_orphans(services)
 
 
+def test_sw8_sw9b_an_edit_that_removes_the_evidence_undoes_the_telling(api, services, fake):
+    """rules SW8, SW9b: the telling message is edited and no longer holds the evidence: the told
+    event is undone."""
+    memory = confide(api, services, fake.responder)
+    road(api, services, fake.responder)
+    post_lines(api, "road", [line("r-a1", "ayla.png", '"Nothing to tell, Cora."', 600, turn_id="r1")])
+    assert knowers(api, memory["id"]) == ["ayla.png", "kai.png"]
+    assert expect_ok(api.get("/v1/told"), 200, "told.response")["told"] == []
+
+
 @pytest.mark.parametrize("overrides", ["extractive"], indirect=True)
 def test_sw9b_extractive_telling_a_sheet_secret_and_a_restricted_memory(api, services):
     """rule SW9b (extractive mode): Ayla speaks her sheet secret and a memory only she knew,
