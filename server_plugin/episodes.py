@@ -150,16 +150,16 @@ def list_told(svc: Services, *, chat_id: str | None = None, character_id: str | 
 
 
 # --- queueing --------------------------------------------------------------------------------
-def _cast(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[prompts.CharacterRef]:
+def cast(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[prompts.CharacterRef]:
     """The chat's members and the messages' speakers that are registered characters."""
     ids = dict.fromkeys([*chats.members(conn, chat_id), *(r["speaker_id"] for r in rows if r["speaker_id"])])
-    cast = []
+    out = []
     for character_id in ids:
         found = characters.fetch(conn, character_id)
         if found is not None:
-            cast.append(prompts.CharacterRef(found["id"], found["name"], found["is_player"],
-                                             tuple(found["aliases"])))
-    return cast
+            out.append(prompts.CharacterRef(found["id"], found["name"], found["is_player"],
+                                            tuple(found["aliases"])))
+    return out
 
 
 def _learners(conn: Connection, cast: Sequence[prompts.CharacterRef]) -> list[str]:
@@ -167,7 +167,7 @@ def _learners(conn: Connection, cast: Sequence[prompts.CharacterRef]) -> list[st
     return [c.id for c in cast if not c.is_player and characters.learning_enabled(conn, c.id)]
 
 
-def _parts(svc: Services, rows: Sequence[Any]) -> list[list[Any]]:
+def parts(svc: Services, rows: Sequence[Any]) -> list[list[Any]]:
     """Consecutive parts of a transcript, each within `episodes_prompt_max_tokens`."""
     budget = int(svc.settings.episodes_prompt_max_tokens)
     limit = int(svc.settings.prompt_message_max_tokens)
@@ -192,11 +192,11 @@ def queue_session(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
     rows = messages.ordered(conn, chat_id, "session_n=?", [n])
     if not rows:
         return 0
-    cast = _cast(conn, chat_id, rows)
-    learners = _learners(conn, cast)
+    the_cast = cast(conn, chat_id, rows)
+    learners = _learners(conn, the_cast)
     unread = [r for r in rows if r["memories_job"] is None]
     queued = 0
-    for i, part in enumerate(_parts(svc, unread) if learners else []):
+    for i, part in enumerate(parts(svc, unread) if learners else []):
         ids = [r["id"] for r in part]
         for character_id in learners:
             jobs.enqueue(svc, MEMORIES_JOB, chat_id=chat_id, ref=f"{n}:{i}:{character_id}",
@@ -206,11 +206,11 @@ def queue_session(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
             queued += 1
         conn.executemany("UPDATE messages SET memories_job=? WHERE seq=?",
                          [(SESSION_READ, r["seq"]) for r in part])
-    for i, part in enumerate(_parts(svc, rows)):
+    for i, part in enumerate(parts(svc, rows)):
         target = {"n": n, "message_ids": [r["id"] for r in part]}
         jobs.enqueue(svc, SCENES_JOB, chat_id=chat_id, ref=f"{n}:{i}", target=target)
         queued += 1
-        if len(cast) >= 2:  # someone to tell and someone to listen
+        if len(the_cast) >= 2:  # someone to tell and someone to listen
             jobs.enqueue(svc, TOLD_JOB, chat_id=chat_id, ref=f"{n}:{i}", target=target)
             queued += 1
     return queued
@@ -223,7 +223,7 @@ def queue_deep_run(svc: Services, conn: Connection, chat_id: str, turn_id: str |
     messages, bounded to `episodes_deep_per_character` memories per character."""
     per = int(svc.settings.episodes_deep_per_character)
     rows = [r for r in messages.by_ids(conn, chat_id, message_ids) if r["memories_job"] is None]
-    learners = _learners(conn, _cast(conn, chat_id, rows)) if rows and per > 0 else []
+    learners = _learners(conn, cast(conn, chat_id, rows)) if rows and per > 0 else []
     if not learners:
         return 0
     job_id = jobs.enqueue(svc, MEMORIES_JOB, chat_id=chat_id, turn_id=turn_id, dedupe=False, target={
@@ -242,7 +242,7 @@ def _inputs(svc: Services, job: jobs.Job) -> tuple[Any, list[Any], list[prompts.
     rows = messages.by_ids(conn, job.chat_id, job.target["message_ids"])
     if not rows:
         return None
-    return conn, rows, _cast(conn, job.chat_id, rows)
+    return conn, rows, cast(conn, job.chat_id, rows)
 
 
 def _chat_messages(svc: Services, rows: Sequence[Any]) -> list[prompts.ChatMessage]:

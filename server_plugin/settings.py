@@ -152,6 +152,10 @@ EPISODES = [
     _s("told_secrets_max", int, 12, "Secrets shown to one told-events job, the most related to the messages first (SW9b).", 1),
     _s("told_secret_tokens", int, 150, "A secret longer than this is shown cut to a told-events job (SW9b).", 10),
     _s("told_events_max", int, 5, "Told events one job may record (SW9b).", 1),
+    _s("sheet_newcomer_min_sessions", int, 2, "A named speaker the cast does not know gets a model-drafted sheet once seen in this many sessions of a chat… (SW1)", 1),
+    _s("sheet_newcomer_min_lines", int, 6, "…or once it spoke this many messages in the chat (SW1).", 1),
+    _s("sheet_max_fields", int, 6, "Sheet fields one model proposal may set per character (SW1).", 1),
+    _s("sheet_field_max_chars", int, 600, "Longest sheet field a model may write (SW1).", 20),
     _s("episodes_list_max", int, 500, "Most items GET /v1/episodes returns.", 1),
 ]
 
