@@ -388,6 +388,19 @@ def test_rv10_rollback_of_the_compacting_turn_removes_its_deep_run_memories(api,
     assert [e["turn_id"] for e in episodes(api, kind="character_memory")] == ["t3b"]
 
 
+def test_rename_keeps_provenance(with_model, api, services):
+    """A chat renamed by SillyTavern keeps its items' provenance: deleting a source message under
+    the new id still removes what was derived only from it."""
+    with_model.builders["character_memories"] = two_memories
+    harbour(api)
+    drain(services)
+    expect_ok(api.post("/v1/chats/c1/rename", json={"new_id": "Ayla - 2026-03-01@12h00m00s"}), 200)
+    assert {e["chat_id"] for e in episodes(api)} == {"Ayla - 2026-03-01@12h00m00s"}
+    out = expect_ok(api.delete("/v1/chats/Ayla - 2026-03-01@12h00m00s/messages/u1"), 200)
+    assert out["removed"]["episodes"] == 1 and out["removed"]["episodes_trimmed"] == 1
+    no_orphans(services)
+
+
 def test_chat_delete_removes_its_items_and_index_entries(api, services):
     """Deleting a chat removes its character memories, scene summaries, session and rolling
     summaries from the store and the index."""
