@@ -24,6 +24,7 @@ test: setup
 
 bench: setup
 	$(PY) bench/for_turn.py
+	$(PY) bench/load.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis test-artifacts

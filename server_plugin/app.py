@@ -82,6 +82,10 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
     services = services or build_services(settings)
     token, _ = ensure_token(settings)
     app = Flask("chronicler")
+    # An id holding a percent-encoded '/' arrives as '//' in the path; Werkzeug would answer with a
+    # 308 redirect to the path with one slash, i.e. to ANOTHER id (and a browser re-sends the PUT
+    # there). Without merging, such a path matches no route: 404 in the envelope.
+    app.url_map.merge_slashes = False
     app.config["MAX_CONTENT_LENGTH"] = max(settings.max_body_bytes, settings.max_import_bytes,
                                             settings.max_messages_body_bytes)
     app.json.sort_keys = False

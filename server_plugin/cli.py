@@ -1,4 +1,4 @@
-"""The `chronicler` command: serve (and, as the product grows, install-extension, backup, import-chat)."""
+"""The `chronicler` command: serve, backup (and, as the product grows, install-extension, import-chat)."""
 
 from __future__ import annotations
 
@@ -76,6 +76,23 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def backup(args: argparse.Namespace) -> int:
+    """Copy the store to --out (default DATA_DIR/backups/…), safely while a sidecar is serving."""
+    from .backup import BackupError, backup_database, default_backup_path
+
+    settings = load_settings({"data_dir": args.data_dir})
+    out = Path(args.out).expanduser() if args.out else default_backup_path(settings.data_path)
+    try:
+        result = backup_database(settings.data_path / settings.db_file, out.resolve(),
+                                 int(settings.busy_timeout_ms))
+    except BackupError as exc:
+        print(f"chronicler: {exc}", file=sys.stderr)
+        return 1
+    counts = ", ".join(f"{n} {table}" for table, n in result.counts.items())
+    print(f"Backup written to {result.path} ({result.bytes} bytes: {counts}); integrity check ok.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chronicler", description="Long-campaign memory for SillyTavern.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -84,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_serve.add_argument("--port", type=int, help="port (default 7711)")
     p_serve.add_argument("--data-dir", help="data folder (default: the user data folder)")
     p_serve.set_defaults(func=serve)
+    p_backup = sub.add_parser("backup", help="copy the store to a file (safe while serving)")
+    p_backup.add_argument("--data-dir", help="data folder (default: the user data folder)")
+    p_backup.add_argument("--out", help="backup file (default: DATA_DIR/backups/chronicler-<time>.sqlite3)")
+    p_backup.set_defaults(func=backup)
     return parser
 
 

@@ -160,6 +160,17 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+SQLITE_INT_MIN, SQLITE_INT_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def sqlite_int(text: str) -> int:
+    """An integer that fits SQLite's 64 bits (a bigger one cannot be stored or compared there)."""
+    value = int(text)
+    if not SQLITE_INT_MIN <= value <= SQLITE_INT_MAX:
+        raise ValueError(f"the integer {text[:30]} is out of the 64-bit range")
+    return value
+
+
 def parse_json(raw: bytes, max_depth: int) -> Any:
     """Parse a request body strictly, or raise BadRequest/PayloadTooLarge with a clear message."""
     if json_depth(raw) > max_depth:
@@ -167,7 +178,8 @@ def parse_json(raw: bytes, max_depth: int) -> Any:
                          [{"max_depth": max_depth}])
     try:
         text = raw.decode("utf-8")
-        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates,
+                           parse_int=sqlite_int)
         json.dumps(value, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be stored
     except (UnicodeError, ValueError, RecursionError) as exc:
         raise BadRequest("invalid_json", f"The body is not valid JSON: {exc}") from None

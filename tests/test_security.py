@@ -217,3 +217,13 @@ def test_security_headers_on_every_answer(api):
     response = api.get("/v1/health")
     assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert response.headers["Cache-Control"] == "no-store"
+
+
+def test_an_id_valid_in_a_body_is_valid_in_a_path(api):
+    """One id rule on both sides (shared_schema/common.json): a member id works as a path id."""
+    from urllib.parse import quote
+    odd = "Zoë\u200b\u00ad\u2028.png"
+    expect_ok(api.put("/v1/chats/c-odd", json={"member_ids": [odd]}), 201)
+    expect_ok(api.put(f"/v1/characters/{quote(odd)}", json={"name": "Zoë"}), 201)
+    assert expect_ok(api.get(f"/v1/characters/{quote(odd)}"))["character"]["id"] == odd
+    expect_error(api.get(f"/v1/characters/{quote('bad' + chr(7))}"), 400, "invalid_id")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
 from typing import Any
 
 from flask import current_app, g, request
 
 from ..errors import BadRequest
 from ..schemas import default_schemas
+from ..security import sqlite_int
 from ..services import Services
 
 EXTENSION_KEY = "chronicler"
@@ -34,9 +37,9 @@ def _typed(value: str, spec: dict[str, Any]) -> Any:
         return True if lowered == "true" else False if lowered == "false" else value
     if kind == "integer":
         try:
-            return int(value)
+            return sqlite_int(value)
         except ValueError:
-            return value
+            return value  # left a string: the schema check then says it is not an integer
     return value
 
 
@@ -53,9 +56,16 @@ def query(schema: str) -> dict[str, Any]:
     return data
 
 
+@lru_cache(maxsize=1)
+def _id_pattern() -> re.Pattern[str]:
+    """The id rule of shared_schema/common.json, so an id valid in a body is valid in a path."""
+    return re.compile(default_schemas().schemas["common"]["$defs"]["id"]["pattern"])
+
+
 def path_id(value: str, what: str = "id") -> str:
-    """A client id taken from the path: printable and bounded (API.md "Ids")."""
+    """A client id taken from the path, by the same rule as ids in bodies (API.md "Ids")."""
     limit = int(svc().settings.max_id_length)
-    if not value or len(value) > limit or not value.isprintable():
-        raise BadRequest("invalid_id", f"The {what} in the path must be 1 to {limit} printable characters.")
+    if not value or len(value) > limit or not _id_pattern().search(value):
+        raise BadRequest("invalid_id", f"The {what} in the path must be 1 to {limit} characters, "
+                         "without control characters or '/'.")
     return value

@@ -37,6 +37,7 @@ class Sidecar:
     token: str = TOKEN
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)  # extra CHRONICLER_* settings for the process
 
     @property
     def url(self) -> str:
@@ -50,6 +51,7 @@ class Sidecar:
             "HF_HUB_OFFLINE": "1",
             "OPENBLAS_NUM_THREADS": "1",
             "PYTHONUNBUFFERED": "1",
+            **self.env,
         })
         cmd = [sys.executable, "-m", "server_plugin.cli", "serve", "--port", str(self.port),
                "--data-dir", str(self.data_dir)]
