@@ -286,8 +286,6 @@ def m005_episodes(conn: Connection) -> None:
     -- The character-memory run that read a message ('session' for session-end runs), so a
     -- deep-memory run and the session end do not both file the same moments.
     ALTER TABLE messages ADD COLUMN memories_job TEXT;
-    -- A stable id for a session's entry in the search index (chat ids change on rename).
-    ALTER TABLE sessions ADD COLUMN uid TEXT;
     """)
 
 

@@ -13,12 +13,11 @@ session summary, the short ones of the sessions before it, then the summary tier
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import asdict
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
-from . import chats, index, jobs, messages, notes, prompts, summaries, visibility
+from . import chats, jobs, messages, notes, prompts, summaries
 from .clock import parse_iso
 from .db import Connection, dumps, loads
 from .errors import NotFound
@@ -213,26 +212,10 @@ def _apply(svc: Services, conn: Connection, job: jobs.Job, result: prompts.Sessi
                  (result.full, result.short, dumps(quotes), svc.clock.iso(), job.chat_id, n))
     written = notes.apply_session(svc, conn, job.chat_id, result.notes, result.resolved_note_ids,
                                   session_n=n, turn_id=job.turn_id, job_id=job.id)
-    _index(svc, conn, row, prepared)
     return {"session": n, **written, "dropped_quotes": len(result.dropped_quotes)}
 
 
-def _prepare(svc: Services, job: jobs.Job, result: prompts.SessionSummary) -> index.Prepared:
-    return index.prepare(svc.embedder, [result.render()], svc.embed_wait())[0]
-
-
-def _index(svc: Services, conn: Connection, row: Any, prepared: index.Prepared) -> None:
-    """The full summary as a search entry (kind session_summary), known by the witnesses of the
-    session's messages (SW9b). Its ref is the session's `uid` (chat ids change on rename)."""
-    uid = row["uid"] or "ss_" + uuid.uuid4().hex
-    conn.execute("UPDATE sessions SET uid=? WHERE chat_id=? AND n=?", (uid, row["chat_id"], row["n"]))
-    ids = [r[0] for r in conn.execute("SELECT id FROM messages WHERE chat_id=? AND session_n=?",
-                                      (row["chat_id"], row["n"]))]
-    index.put(conn, KIND, uid, prepared, created_at=svc.clock.iso(), chat_id=row["chat_id"],
-              known_by=visibility.witnesses(conn, row["chat_id"], ids))
-
-
-jobs.register(KIND, _apply, build=_build, prepare=_prepare)
+jobs.register(KIND, _apply, build=_build)
 
 
 # --- for the context assembler ---------------------------------------------------------------
@@ -261,6 +244,4 @@ def story_summary_parts(svc: Services, chat_id: str) -> list[dict[str, Any]]:
 
 
 def delete_for_chat(conn: Connection, chat_id: str) -> int:
-    index.remove(conn, KIND, [r[0] for r in conn.execute(
-        "SELECT uid FROM sessions WHERE chat_id=? AND uid IS NOT NULL", (chat_id,))])
     return conn.execute("DELETE FROM sessions WHERE chat_id=?", (chat_id,)).rowcount

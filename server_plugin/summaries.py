@@ -20,7 +20,7 @@ import uuid
 from dataclasses import asdict
 from typing import Any, Iterable, Sequence
 
-from . import chats, deep_memory, index, jobs, messages, prompts, visibility, window
+from . import chats, deep_memory, jobs, messages, prompts, window
 from .db import Connection, dumps, loads
 from .errors import Conflict, NotFound
 from .quotes import Quote
@@ -29,7 +29,6 @@ from .services import Services
 TIERS = ("recent", "consolidated", "long_term")
 NEXT_TIER = {"recent": "consolidated", "consolidated": "long_term"}
 CHUNK, MERGE = "chunk_summary", "merge_summaries"
-KIND = "summary"  # search index kind of a summary with a text
 ORDER = "pos_position, pos_seq, created_at"
 
 
@@ -283,47 +282,19 @@ def _apply(svc: Services, conn: Connection, job: jobs.Job, result: prompts.Summa
     quotes = [asdict(q) for q in result.quotes]
     conn.execute("UPDATE summaries SET text=?, quotes=?, stale=0, updated_at=?, version=version+1"
                  " WHERE id=?", (result.text, dumps(quotes), svc.clock.iso(), row["id"]))
-    _index(svc, conn, row, prepared)
     was_new = row["text"] is None
     queued = _maybe_merge(svc, conn, row["chat_id"], row["tier"], job.turn_id) if was_new \
         else _parent_changed(svc, conn, row)
     return {**out, "dropped_quotes": len(result.dropped_quotes), "jobs_queued": queued}
 
 
-def _prepare(svc: Services, job: jobs.Job, result: prompts.Summary) -> index.Prepared:
-    return index.prepare(svc.embedder, [result.render()], svc.embed_wait())[0]
-
-
-def _message_ids(conn: Connection, row: Any) -> list[str]:
-    """The messages a summary covers, through the tiers below it."""
-    covers = loads(row["covers"])
-    if row["tier"] == "recent":
-        return covers
-    out: list[str] = []
-    for child_id in covers:
-        child = _fetch(conn, child_id)
-        if child is not None:
-            out += _message_ids(conn, child)
-    return out
-
-
-def _index(svc: Services, conn: Connection, row: Any, prepared: index.Prepared) -> None:
-    """A summary's text as a search entry (kind `summary`), known by the witnesses of the
-    messages it covers (SW9b)."""
-    index.put(conn, KIND, row["id"], prepared, created_at=row["created_at"], chat_id=row["chat_id"],
-              known_by=visibility.witnesses(conn, row["chat_id"], _message_ids(conn, row)))
-
-
-jobs.register(CHUNK, _apply, build=_build_chunk, prepare=_prepare)
-jobs.register(MERGE, _apply, build=_build_merge, prepare=_prepare)
+jobs.register(CHUNK, _apply, build=_build_chunk)
+jobs.register(MERGE, _apply, build=_build_merge)
 
 
 # --- a person's edits, rebuild ---------------------------------------------------------------
 def edit(svc: Services, summary_id: str, text: str, version: int | None = None) -> dict[str, Any]:
     """A person's correction: kept through later merges (they read it), never overwritten by a job."""
-    before = _fetch(svc.db.reader(), summary_id)
-    prepared = index.prepare(svc.embedder, [render(text, _quotes(before) if before else [])],
-                             svc.embed_wait())[0]
     with svc.db.write() as conn:
         row = _fetch(conn, summary_id)
         if row is None:
@@ -334,9 +305,6 @@ def edit(svc: Services, summary_id: str, text: str, version: int | None = None) 
                            [{"current_version": row["version"]}])
         conn.execute("UPDATE summaries SET text=?, edited=1, stale=0, updated_at=?, version=version+1"
                      " WHERE id=?", (text, svc.clock.iso(), summary_id))
-        if prepared.text != render(text, _quotes(row)):  # its quotes changed meanwhile (rare)
-            prepared = index.prepare(svc.embedder, [render(text, _quotes(row))], svc.embed_wait())[0]
-        _index(svc, conn, row, prepared)
         if row["text"] is None:
             _maybe_merge(svc, conn, row["chat_id"], row["tier"], row["turn_id"])
         else:
@@ -349,7 +317,7 @@ def rebuild(svc: Services, chat_id: str) -> dict[str, Any]:
     chats.get(svc, chat_id)
     with svc.db.write() as conn:
         jobs.cancel(conn, chat_id, [CHUNK, MERGE])
-        dropped = delete_for_chat(conn, chat_id)
+        dropped = conn.execute("DELETE FROM summaries WHERE chat_id=?", (chat_id,)).rowcount
         conn.execute("UPDATE messages SET summary_id=NULL WHERE chat_id=?", (chat_id,))
         queued = compact(svc, conn, chat_id, None)
     return {"chat_id": chat_id, "dropped": dropped, "jobs_enqueued": queued}
@@ -360,7 +328,6 @@ def _delete(svc: Services, conn: Connection, row: Any) -> int:
     """Delete one summary: its messages become unsummarised, its children unmerged, and the
     summary above it loses it (and goes too if it covered nothing else). Returns rows deleted."""
     conn.execute("DELETE FROM summaries WHERE id=?", (row["id"],))
-    index.remove(conn, KIND, [row["id"]])
     jobs.cancel(conn, row["chat_id"], [CHUNK, MERGE], row["id"])
     conn.execute("UPDATE messages SET summary_id=NULL WHERE summary_id=?", (row["id"],))
     conn.execute("UPDATE summaries SET parent_id=NULL WHERE parent_id=?", (row["id"],))
@@ -409,5 +376,4 @@ def rollback_turn(svc: Services, conn: Connection, chat_id: str, turn_id: str) -
 
 
 def delete_for_chat(conn: Connection, chat_id: str) -> int:
-    index.remove(conn, KIND, [r[0] for r in conn.execute("SELECT id FROM summaries WHERE chat_id=?", (chat_id,))])
     return conn.execute("DELETE FROM summaries WHERE chat_id=?", (chat_id,)).rowcount

@@ -402,41 +402,16 @@ def test_rename_keeps_provenance(with_model, api, services):
 
 
 def test_chat_delete_removes_its_items_and_index_entries(api, services):
-    """Deleting a chat removes its character memories, scene summaries, session and rolling
-    summaries from the store and the index."""
+    """Deleting a chat removes its character memories and scene summaries from the store and the
+    index (and its messages' entries)."""
     harbour(api)
     drain(services)
-    assert episodes(api) and index_count(services, "session_summary") == 1
+    assert episodes(api)
     out = expect_ok(api.delete("/v1/chats/c1"), 200, "chat_deleted.response")
     assert out["removed"]["episodes"] >= 2
     assert episodes(api) == []
-    for kind in ("character_memory", "scene_summary", "session_summary", "summary", "message"):
+    for kind in ("character_memory", "scene_summary", "message"):
         assert index_count(services, kind) == 0, kind
-    no_orphans(services)
-
-
-# --- session and rolling summaries in the index -------------------------------------------------
-@pytest.mark.parametrize("overrides", [{"live_window_max_messages": 4, "summary_chunk_messages": 2}],
-                         indirect=True)
-def test_sw6_session_and_rolling_summaries_are_indexed_for_their_witnesses(api, services):
-    """SW6/SW9b: a rolling summary and a session's full summary get index entries (kinds summary,
-    session_summary) known by the witnesses of the messages they cover; an edit re-indexes."""
-    register_cast(api)
-    chat(api, "c1", "ayla.png")
-    turns(api, 0, 3)
-    drain(services)
-    [recent] = expect_ok(api.get("/v1/chats/c1/summaries"), 200, "summaries.response")["recent"]
-    entry = index_entry(services, "summary", recent["id"])
-    assert entry["known_by"] == ["ayla.png", "kai.png"] and entry["text"].startswith(recent["text"])
-    expect_ok(api.patch(f"/v1/summaries/{recent['id']}", json={"text": "Kai and Ayla watched the lanterns."}), 200)
-    assert index_entry(services, "summary", recent["id"])["text"].startswith("Kai and Ayla watched the lanterns.")
-    end_session(api, "c1")
-    drain(services)
-    uid = services.db.reader().execute("SELECT uid FROM sessions WHERE chat_id='c1' AND n=1").fetchone()[0]
-    full = expect_ok(api.get("/v1/chats/c1/sessions/1"), 200, "session.response")["session"]["full"]
-    assert index_entry(services, "session_summary", uid) == {"known_by": ["ayla.png", "kai.png"], "text": full}
-    expect_ok(api.post("/v1/chats/c1/summaries/rebuild", json={}), 200)
-    assert index_count(services, "summary") == 0
     no_orphans(services)
 
 
