@@ -9,7 +9,8 @@ Other modules that derive things from messages register here, so a delete remove
 only from the deleted messages and a chat delete removes the chat's derived rows:
 `on_messages_deleted(fn)` with fn(svc, conn, chat_id, message_ids) -> {kind: count} | None, and
 `on_chat_deleted(fn)` with fn(svc, conn, chat_id) -> {kind: count} | None. Both run inside the
-deleting transaction.
+deleting transaction. `on_messages_edited(fn)` with fn(svc, conn, chat_id, rows) (the edited rows,
+new text) runs inside the ingesting transaction.
 """
 
 from __future__ import annotations
@@ -23,14 +24,23 @@ from .services import Services
 
 MessagesDeleted = Callable[[Services, Connection, str, list[str]], "dict[str, int] | None"]
 ChatDeleted = Callable[[Services, Connection, str], "dict[str, int] | None"]
+MessagesEdited = Callable[[Services, Connection, str, list[Any]], None]
 _ON_MESSAGES_DELETED: list[MessagesDeleted] = []
 _ON_CHAT_DELETED: list[ChatDeleted] = []
+_ON_MESSAGES_EDITED: list[MessagesEdited] = []
 
 
 def on_messages_deleted(fn: MessagesDeleted) -> MessagesDeleted:
     """Register what to remove when messages are deleted (may be used as a decorator)."""
     if fn not in _ON_MESSAGES_DELETED:
         _ON_MESSAGES_DELETED.append(fn)
+    return fn
+
+
+def on_messages_edited(fn: MessagesEdited) -> MessagesEdited:
+    """Register what to check when messages' texts change (may be used as a decorator)."""
+    if fn not in _ON_MESSAGES_EDITED:
+        _ON_MESSAGES_EDITED.append(fn)
     return fn
 
 
@@ -66,6 +76,9 @@ def ingest(svc: Services, chat_id: str, raw: list[dict[str, Any]]) -> dict[str, 
         changes = messages.upsert(svc, conn, chat_id, chat["member_ids"], batch, vectors)
         ended = sessions.place(svc, conn, chat_id, changes.inserted)
         sessions.mark_stale(conn, chat_id, changes.edited)
+        if changes.edited:
+            for fn in list(_ON_MESSAGES_EDITED):
+                fn(svc, conn, chat_id, changes.edited)
         enqueued = summaries.after_write(svc, conn, chat_id, changes)
     return {**_outcome(chat_id, changes), "memory_enabled": True, "stored": True,
             "sessions_ended": ended, "jobs_enqueued": enqueued}

@@ -12,7 +12,7 @@ RV10), the messages it came from, and their witnesses (SW9b).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from . import characters, chats, index, jobs, memories, messages, prompts
 from .db import Connection
@@ -20,10 +20,22 @@ from .errors import ChroniclerError
 from .services import Services
 
 KIND = "durable_memories"
+# Other work on the same chunk (character memories, episodes.py): fn(svc, conn, chat_id, turn_id,
+# message_ids) -> jobs queued, inside the compacting transaction.
+DeepRun = Callable[[Services, Connection, str, "str | None", list[str]], "int | None"]
+_ON_RUN: list[DeepRun] = []
+
+
+def on_run(fn: DeepRun) -> DeepRun:
+    """Register work to queue with every deep-memory run (may be used as a decorator)."""
+    if fn not in _ON_RUN:
+        _ON_RUN.append(fn)
+    return fn
 
 
 def after_compaction(svc: Services, conn: Connection, chat_id: str, turn_id: str | None) -> int:
-    """Queue a deep-memory run if enough summarised messages wait to be read; returns 0 or 1."""
+    """Queue a deep-memory run if enough summarised messages wait to be read (and the work
+    registered with `on_run` for the same chunk); returns how many jobs were queued."""
     if not chats.memory_enabled(conn, chat_id):
         return 0
     waiting = messages.ordered(conn, chat_id, "summary_id IS NOT NULL AND deep_job IS NULL")
@@ -33,7 +45,8 @@ def after_compaction(svc: Services, conn: Connection, chat_id: str, turn_id: str
     job_id = jobs.enqueue(svc, KIND, chat_id=chat_id, turn_id=turn_id, dedupe=False,
                           target={"message_ids": [r["id"] for r in batch]})
     conn.executemany("UPDATE messages SET deep_job=? WHERE seq=?", [(job_id, r["seq"]) for r in batch])
-    return 1
+    ids = [r["id"] for r in batch]
+    return 1 + sum(int(fn(svc, conn, chat_id, turn_id, ids) or 0) for fn in list(_ON_RUN))
 
 
 def release(conn: Connection, job_ids: Sequence[str]) -> None:

@@ -708,6 +708,10 @@ def run(prompt: Prompt, counter: TokenCounter | None = None) -> Any:
     if task == "told_events":
         secrets = [SecretInput(s["id"], s["text"], tuple(s["known_by"])) for s in i["secrets"]]
         return extract_told(messages, characters, secrets, max_events=i["max_events"])
+    if task == "sheet_updates":
+        # Without a model nothing is inferred about a character: the minimal sheet (name, first
+        # appearance, verbatim lines) is drafted by its own job in every mode.
+        return p.SheetProposals((), (), ("no model: sheets are not inferred from the text",))
     if task == "memories_from_description":
         return memories_from_description(i["description"], _character(i["character"]),
                                          max_items=i["max_items"], max_chars=i["max_chars"])

@@ -112,6 +112,25 @@ class SecretInput:
     known_by: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class SheetInput:
+    """A character's sheet for the sheet-updates task (SW1): its text fields, and those a person
+    wrote or locked (`kept`: shown, never to be changed). Secrets are never shown."""
+
+    id: str
+    fields: dict[str, str] = field(default_factory=dict)
+    kept: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Newcomer:
+    """A named speaker the cast does not know yet, who keeps coming back (SW1)."""
+
+    name: str
+    lines: int
+    sessions: int
+
+
 # --- outputs (the extractive fallback produces the same types) ---------------------------------
 
 @dataclass(frozen=True)
@@ -201,6 +220,26 @@ class ToldEvent:
     listener_ids: tuple[str, ...]
     secret_id: str
     evidence: Quote
+
+
+@dataclass(frozen=True)
+class SheetDraft:
+    """Proposed sheet fields (SW1): for an existing character (`character_id`) or a newcomer
+    (`character_id` None, `name` set)."""
+
+    character_id: str | None
+    name: str
+    fields: dict[str, str]
+
+
+@dataclass(frozen=True)
+class SheetProposals:
+    """The sheet-updates task's result: drafts for newcomers, updates for the cast, and what was
+    left out (kept fields, secrets, fields over the limit, characters not asked about)."""
+
+    drafts: tuple[SheetDraft, ...]
+    updates: tuple[SheetDraft, ...]
+    dropped: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -334,6 +373,9 @@ _QUOTE = _obj({"speaker": _STR, "text": _STR, "message": _STR}, ["speaker", "tex
 _QUOTES = {"type": "array", "items": _QUOTE}
 _KIND = {"type": "string", "enum": list(KINDS)}
 _LEVEL = {"type": "integer", "minimum": 1, "maximum": 5}
+SHEET_FIELD_PATTERN = "^[a-z][a-z0-9_]{0,39}$"  # the sheet's field names (shared_schema/character.json)
+_SHEET_FIELDS = {"type": "object", "propertyNames": {"pattern": SHEET_FIELD_PATTERN},
+                 "additionalProperties": {"type": "string"}}
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "chunk_summary": _obj({"summary": _STR, "quotes": _QUOTES}, ["summary", "quotes"]),
@@ -361,6 +403,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "told_events": _obj({"events": {"type": "array", "items": _obj({
         "teller": _STR, "listeners": _LABELS, "secret": _STR, "message": _STR, "evidence": _STR,
     }, ["teller", "listeners", "secret", "message", "evidence"])}}, ["events"]),
+    "sheet_updates": _obj({
+        "new": {"type": "array", "items": _obj({"newcomer": _STR, "fields": _SHEET_FIELDS},
+                                               ["newcomer", "fields"])},
+        "updates": {"type": "array", "items": _obj({"character": _STR, "fields": _SHEET_FIELDS},
+                                                   ["character", "fields"])},
+    }, ["new", "updates"]),
     "memories_from_description": _obj({"memories": {"type": "array", "items": _obj({
         "kind": _KIND, "text": _STR}, ["kind", "text"])}}, ["memories"]),
     "save_from_conversation": _obj({"memories": {"type": "array", "items": _obj({
@@ -684,6 +732,63 @@ def save_from_conversation(messages: Sequence[ChatMessage], character: Character
                    "max_drafts": max_drafts, "max_chars": max_chars})
 
 
+SHEET_MAX_FIELDS = 6
+SHEET_FIELD_MAX_CHARS = 600
+
+
+def sheet_updates(messages: Sequence[ChatMessage], characters: Sequence[CharacterRef],
+                  sheets: Sequence[SheetInput], newcomers: Sequence[Newcomer], *,
+                  max_fields: int = SHEET_MAX_FIELDS,
+                  field_max_chars: int = SHEET_FIELD_MAX_CHARS) -> Prompt:
+    """Sheets grow with play (SW1): draft a sheet for each recurring newcomer, and propose what the
+    session changed or revealed in the sheets of `sheets` (characters of `characters`).
+
+    Fields in `SheetInput.kept` were written or locked by a person: shown, never to be changed.
+    """
+    _need(messages, "sheet_updates needs at least one message")
+    if not sheets and not newcomers:
+        raise ValueError("sheet_updates needs sheets to update or newcomers to draft")
+    labels = {c.id: f"c{i + 1}" for i, c in enumerate(characters)}
+    names = {c.id: c.name for c in characters}
+    missing = [x.id for x in sheets if x.id not in labels]
+    if missing:
+        raise ValueError(f"sheets of characters not among the characters given: {missing}")
+    system = (
+        "You keep the character sheets of a roleplay campaign up to date after a session.\n"
+        f"- {_COMMON_RULES}\n"
+        "- \"new\": for each listed newcomer (labels n1, n2, …), a short sheet of what the messages "
+        "show: e.g. role, appearance, personality, manner of speech, relationships.\n"
+        "- \"updates\": for listed sheets (labels c1, c2, …), only fields whose content the session "
+        "changed or newly revealed, each rewritten in full. Never change a field marked (kept). "
+        "Do not write secrets. Leave out characters with nothing new.\n"
+        f"- Field names: lower case letters, digits and _ (e.g. \"appearance\"); values plain text "
+        f"of at most {field_max_chars} characters; at most {max_fields} fields per character.\n"
+        f"{_ANSWER_RULE}\n"
+        + _json_block({"new": [{"newcomer": "n1", "fields": {"role": "…", "appearance": "…"}}],
+                       "updates": [{"character": "c2", "fields": {"relationships": "…"}}]})
+        + "\nUse [] for either list when there is nothing to add."
+    )
+    blocks = []
+    for sheet in sheets:
+        lines = [f"[{labels[sheet.id]}] {names[sheet.id]}"]
+        lines += [f"- {name}{' (kept)' if name in sheet.kept else ''}: {value.strip()}"
+                  for name, value in sheet.fields.items()] or ["- (empty sheet)"]
+        blocks.append("\n".join(lines))
+    user = _render_characters(characters) + "\n\n"
+    if blocks:
+        user += "Sheets:\n<sheets>\n" + "\n\n".join(blocks) + "\n</sheets>\n\n"
+    if newcomers:
+        user += "Newcomers:\n<newcomers>\n" + "\n".join(
+            f"[n{i + 1}] {n.name} (speaks in {n.lines} messages over {n.sessions} sessions)"
+            for i, n in enumerate(newcomers)) + "\n</newcomers>\n\n"
+    user += "Messages of the session:\n" + _render_messages(messages)
+    per = max_fields * (field_max_chars // 3 + 20)
+    return _prompt("sheet_updates", system, user, 60 + (len(sheets) + len(newcomers)) * per,
+                  {"messages": _dump(messages), "characters": _dump(characters),
+                   "sheets": _dump(sheets), "newcomers": _dump(newcomers),
+                   "max_fields": max_fields, "field_max_chars": field_max_chars})
+
+
 def _prompt(task: str, system: str, user: str, max_tokens: int, inputs: dict[str, Any]) -> Prompt:
     """A Prompt whose inputs are already in their JSON form (tuples as lists), so a prompt equals
     itself after the round trip through a job row or the extension."""
@@ -1000,6 +1105,48 @@ def _parse_save(inputs: dict[str, Any], data: dict[str, Any], answer: str) -> Ex
     return Extraction(tuple(items[:inputs["max_drafts"]]), (), dropped)
 
 
+def _sheet_fields(task: str, answer: str, raw: dict[str, str], kept: Sequence[str], who: str,
+                  inputs: dict[str, Any], dropped: list[str]) -> dict[str, str]:
+    """A proposal's fields: secrets and kept fields left out (noted), texts checked, at most
+    `max_fields` (the rest noted)."""
+    fields: dict[str, str] = {}
+    for name, value in raw.items():
+        if name == "secrets":
+            dropped.append(f"{who}: secrets are not written by a model")
+        elif name in kept:
+            dropped.append(f"{who}: {name} is kept by a person")
+        elif len(fields) >= inputs["max_fields"]:
+            dropped.append(f"{who}: {name} is over the limit of {inputs['max_fields']} fields")
+        else:
+            fields[name] = _text(task, answer, value, f"{who}'s {name}", inputs["field_max_chars"])
+    return fields
+
+
+def _parse_sheet_updates(inputs: dict[str, Any], data: dict[str, Any], answer: str) -> SheetProposals:
+    task = "sheet_updates"
+    characters = characters_from(inputs)
+    sheets = {s["id"]: s for s in inputs["sheets"]}
+    names = {c.id: c.name for c in characters}
+    cl = _Labels(task, answer, "c", [c.id for c in characters], "character")
+    nl = _Labels(task, answer, "n", [n["name"] for n in inputs["newcomers"]], "newcomer")
+    dropped: list[str] = []
+    drafts: dict[str, dict[str, str]] = {}
+    for raw in data["new"]:
+        name = nl.one(raw["newcomer"])
+        drafts.setdefault(name, {}).update(_sheet_fields(task, answer, raw["fields"], (), name, inputs, dropped))
+    updates: dict[str, dict[str, str]] = {}
+    for raw in data["updates"]:
+        cid = cl.one(raw["character"])
+        if cid not in sheets:  # a real character, just not one whose sheet was offered
+            dropped.append(f"not asked for: the sheet of {cid}")
+            continue
+        fields = _sheet_fields(task, answer, raw["fields"], sheets[cid]["kept"], names[cid], inputs, dropped)
+        if fields:
+            updates.setdefault(cid, {}).update(fields)
+    return SheetProposals(tuple(SheetDraft(None, n, f) for n, f in drafts.items() if f),
+                          tuple(SheetDraft(c, names[c], f) for c, f in updates.items()), tuple(dropped))
+
+
 PARSERS: dict[str, Callable[[dict[str, Any], dict[str, Any], str], Any]] = {
     "chunk_summary": _parse_chunk_summary,
     "merge_summaries": _parse_merge,
@@ -1008,6 +1155,7 @@ PARSERS: dict[str, Callable[[dict[str, Any], dict[str, Any], str], Any]] = {
     "character_memories": _parse_character_memories,
     "scene_summaries": _parse_scenes,
     "told_events": _parse_told,
+    "sheet_updates": _parse_sheet_updates,
     "memories_from_description": _parse_description,
     "save_from_conversation": _parse_save,
 }

@@ -189,8 +189,25 @@ SEARCH = [
     _s("search_rebuild_share", float, 0.1, "Rebuild the in-memory index in the background once this share of its rows are dead (edits, deletes).", 0.01),
 ]
 
+EPISODES = [
+    # Character memories, scene summaries and "told" events (episodes.py, visibility.py).
+    _s("episodes_prompt_max_tokens", int, 6000, "Message tokens one extraction prompt may carry; a longer session is read in several parts (SW4, SW5).", 200),
+    _s("character_memory_max_quotes", int, 3, "Verbatim lines one character memory may keep (SW4, SW8).", 0),
+    _s("scene_max_quotes", int, 4, "Verbatim lines one scene summary may keep (SW5, SW8).", 0),
+    _s("episode_max_tokens", int, 600, "Longest stored summary of a character memory or scene; a longer one is cut at its end.", 20),
+    _s("episodes_deep_per_character", int, 1, "Character memories per character one deep-memory chunk may file (SW4, RV13).", 0),
+    _s("told_secrets_max", int, 12, "Secrets shown to one told-events job, the most related to the messages first (SW9b).", 1),
+    _s("told_secret_tokens", int, 150, "A secret longer than this is shown cut to a told-events job (SW9b).", 10),
+    _s("told_events_max", int, 5, "Told events one job may record (SW9b).", 1),
+    _s("sheet_newcomer_min_sessions", int, 2, "A named speaker the cast does not know gets a model-drafted sheet once seen in this many sessions of a chat… (SW1)", 1),
+    _s("sheet_newcomer_min_lines", int, 6, "…or once it spoke this many messages in the chat (SW1).", 1),
+    _s("sheet_max_fields", int, 6, "Sheet fields one model proposal may set per character (SW1).", 1),
+    _s("sheet_field_max_chars", int, 600, "Longest sheet field a model may write (SW1).", 20),
+    _s("episodes_list_max", int, 500, "Most items GET /v1/episodes returns.", 1),
+]
+
 ALL_SETTINGS: list[Setting] = (SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES + CONVERSATION + DRAFTS
-                               + CONTEXT + SEARCH)
+                               + CONTEXT + SEARCH + EPISODES)
 TABLE: dict[str, Setting] = {s.name: s for s in ALL_SETTINGS}
 
 

@@ -1,0 +1,145 @@
+"""Helpers for the episode and secret tests: a cast of four, chats, ended sessions, and a fake model
+that answers each extraction task from the labels its prompt shows (so answers never guess ids)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable
+
+from server_plugin import index
+from tests.chatkit import drain, iso, post
+from tests.conftest import expect_ok
+
+# Compaction and deep memory stay out of the way unless a test asks for them.
+QUIET = {"live_window_max_messages": 50, "deep_memory_min_new_messages": 10_000}
+
+CAST = {"ayla.png": "Ayla", "bren.png": "Bren", "cora.png": "Cora", "kai.png": "Kai"}
+
+
+def register_cast(api) -> None:
+    for character_id, name in CAST.items():
+        api.put(f"/v1/characters/{character_id}", json={"name": name, "is_player": character_id == "kai.png"})
+
+
+def chat(api, chat_id: str, *members: str) -> None:
+    response = api.put(f"/v1/chats/{chat_id}", json={"member_ids": list(members)})
+    assert response.status_code in (200, 201), response.get_json()
+
+
+def line(message_id: str, speaker_id: str, text: str, minutes: float, **extra: Any) -> dict[str, Any]:
+    role = "user" if speaker_id == "kai.png" else "assistant"
+    return {"id": message_id, "role": role, "name": CAST[speaker_id], "text": text,
+            "sent_at": iso(minutes), "speaker_id": speaker_id,
+            **{k: v for k, v in extra.items() if v is not None}}
+
+
+def end_session(api, chat_id: str) -> dict[str, Any]:
+    return expect_ok(api.post(f"/v1/chats/{chat_id}/sessions/end", json={}), 200, "session.response")["session"]
+
+
+def episodes(api, **params: Any) -> list[dict[str, Any]]:
+    qs = "&".join(f"{k}={v}" for k, v in params.items())
+    return expect_ok(api.get(f"/v1/episodes?{qs}"), 200, "episodes.response")["episodes"]
+
+
+def messages_by_id(api, chat_id: str) -> dict[str, dict[str, Any]]:
+    page = expect_ok(api.get(f"/v1/chats/{chat_id}/messages"), 200, "messages.response")
+    return {m["id"]: m for m in page["messages"]}
+
+
+def index_entry(services, kind: str, ref: str) -> dict[str, Any] | None:
+    """The search index entry of an item (kind, ref) as {known_by, text}, or None."""
+    row = services.db.reader().execute("SELECT known_by, text FROM docs WHERE kind=? AND ref_id=?",
+                                       (kind, ref)).fetchone()
+    return None if row is None else {"known_by": json.loads(row[0]) if row[0] else None, "text": row[1]}
+
+
+def index_count(services, kind: str) -> int:
+    return services.db.reader().execute("SELECT count(*) FROM docs WHERE kind=?", (kind,)).fetchone()[0]
+
+
+def no_orphans(services) -> None:
+    assert index.orphans(services.db.reader()) == {
+        "docs_without_fts": 0, "docs_without_vec": 0, "fts_without_doc": 0, "vec_without_doc": 0}
+
+
+def message_seq(services, chat_id: str, message_id: str) -> str:
+    return str(services.db.reader().execute("SELECT seq FROM messages WHERE chat_id=? AND id=?",
+                                            (chat_id, message_id)).fetchone()[0])
+
+
+# --- a fake model that reads the labels of the prompt it gets --------------------------------
+class Labels:
+    """The labels a rendered prompt shows: characters by name, messages by text, secrets by text."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        user = body["messages"][1]["content"]
+        self.system = body["messages"][0]["content"]
+        self.characters = {m.group(2).split(" (")[0].split(",")[0]: m.group(1)
+                           for m in re.finditer(r"^(c\d+) = (.+)$", user, re.M)}
+        self.messages = [(m.group(1), m.group(2)) for m in re.finditer(
+            r"^\[(m\d+)\] [^:\n]+: (.*?)(?=\n\n\[m\d+\]|\n</messages>)", user, re.M | re.S)]
+        self.secrets = [(m.group(1), m.group(2)) for m in re.finditer(r"^\[(k\d+)\] (.*)$", user, re.M)]
+
+    def c(self, name: str) -> str:
+        return self.characters[name]
+
+    def m(self, containing: str) -> str:
+        return next(label for label, text in self.messages if containing in text)
+
+    def k(self, containing: str) -> str:
+        return next(label for label, text in self.secrets if containing in text)
+
+
+TASKS = {
+    "character_memories": "write the memories that characters keep",
+    "scene_summaries": "split a stretch of a roleplay chat into scenes",
+    "told_events": "reveals one of the listed",
+    "session_summary": "finished session",
+    "chunk_summary": "summarise a stretch",
+    "merge_summaries": "merge consecutive summaries",
+    "durable_memories": "file the few facts",
+}
+EMPTY = {"character_memories": {"memories": []}, "scene_summaries": {"scenes": []},
+         "told_events": {"events": []}, "durable_memories": {"memories": []},
+         "session_summary": {"full": "They talked.", "short": "They talked.", "quotes": [],
+                             "open_threads": [], "resolved": []},
+         "chunk_summary": {"summary": "They talked.", "quotes": []},
+         "merge_summaries": {"summary": "They talked.", "keep_quotes": []}}
+
+
+def task_of(body: dict[str, Any]) -> str:
+    system = body["messages"][0]["content"]
+    return next(task for task, marker in TASKS.items() if marker in system)
+
+
+class Answers:
+    """Per-task answer builders (functions of the prompt's Labels); an empty answer otherwise."""
+
+    def __init__(self) -> None:
+        self.builders: dict[str, Callable[[Labels], dict[str, Any]]] = {}
+        self.seen: list[str] = []
+
+    def __call__(self, body: dict[str, Any]) -> str:
+        task = task_of(body)
+        self.seen.append(task)
+        build = self.builders.get(task)
+        return json.dumps(build(Labels(body)) if build else EMPTY[task])
+
+
+def told_answer(teller: str, listeners: list[str], secret_words: str, message_words: str,
+                evidence: str) -> Callable[[Labels], dict[str, Any]]:
+    def build(lb: Labels) -> dict[str, Any]:
+        return {"events": [{"teller": lb.c(teller), "listeners": [lb.c(x) for x in listeners],
+                            "secret": lb.k(secret_words), "message": lb.m(message_words),
+                            "evidence": evidence}]}
+    return build
+
+
+def run_jobs(services) -> int:
+    return drain(services)
+
+
+def post_lines(api, chat_id: str, lines: list[dict[str, Any]]) -> None:
+    post(api, lines, chat_id)
