@@ -77,11 +77,15 @@ def chronicled(st: STPage, sidecar: Sidecar) -> Iterator[STPage]:
     status, _ = sidecar.request("POST", "/v1/context", {"__probe__": True})
     if status == 404:
         pytest.skip("this sidecar has no POST /v1/context yet")
-    configure_chronicler(st, sidecarUrl=sidecar.url, token=sidecar.token)
+    timeout = st.evaluate("() => SillyTavern.getContext().extensionSettings.chronicler?.contextTimeoutMs ?? null")
+    # These tests check what reaches the model, not the fail-open deadline (test_fail_open does): a
+    # context call slowed by a loaded machine must not leave the previous turn's blocks in place.
+    configure_chronicler(st, sidecarUrl=sidecar.url, token=sidecar.token, contextTimeoutMs=5000)
     original = st.evaluate("() => SillyTavern.getContext().chatCompletionSettings.openai_max_context")
     st.evaluate("() => { SillyTavern.getContext().chatCompletionSettings.openai_max_context = 2048; }")
     yield st
     st.evaluate("n => { SillyTavern.getContext().chatCompletionSettings.openai_max_context = n; }", original)
+    configure_chronicler(st, contextTimeoutMs=timeout)
     save_settings(st)
 
 
@@ -107,10 +111,12 @@ def test_dc2_rv2_rv10_character_chat_pinned_memory_live_window_swipe_rollback_an
     bodies = fake.completions()[before:]
     assert len(bodies) == 7
     for body in bodies:
-        assert pinned_text in prompt_text(body), "RV11: the pinned memory is in every prompt"
+        assert pinned_text in prompt_text(body), ("RV11: the pinned memory is in every prompt", st.evaluate("() => JSON.stringify(window.chronicler.stats.lastReport)"), sidecar.request("GET", f"/v1/memories/for-turn?chat_id={_q(chat_id)}&speaker_id={_q(avatar)}"))
     last = prompt_text(bodies[-1])
     assert "MARKER-6-END" in last, "the newest message is sent"
-    assert "MARKER-0-END" not in last, "RV2: the oldest message is out of the live window"
+    history = prompt_text({"messages": [m for m in bodies[-1]["messages"] if "[Memories]" not in str(m.get("content"))]})
+    # It may come back as a recalled memory (QS8: search results in the memory bank), not as chat.
+    assert "MARKER-0-END" not in history, "RV2: the oldest message is out of the live window"
     assert any("MARKER-0-END" in m["mes"] for m in st.messages()), "the chat itself keeps it"
     trimmed = st.evaluate("() => window.chronicler.stats.lastTrimmed")
     assert trimmed > 0, trimmed
