@@ -293,14 +293,30 @@ def test_rv14_learning_switched_off_before_the_answer_is_stored(client_mode, api
 
 
 def test_rv16_memory_off_queues_no_sheet_updates(with_model, fake, api, services):
-    """rule RV16: a chat with memory switched off gets no sheet-updates job at session end (a chat
-    with memory on, ended alongside, does)."""
+    """rule RV16: memory switched off for a chat whose session is still open — its end queues no
+    sheet-updates job (chat c1, with memory on and ended alongside, does)."""
+    with_model.builders["sheet_updates"] = update("Ayla", appearance="Short hair.")
     cast_with_sheets(api)
-    expect_ok(api.put("/v1/chats/off", json={"member_ids": ["ayla.png"], "memory_enabled": False}), 201)
-    harbour_session(api, "off", prefix="off-")
+    chat(api, "off", "ayla.png")
+    post_lines(api, "off", [line("u1", "kai.png", '"Ayla, your hair is cut short now."', 0)])
+    expect_ok(api.put("/v1/chats/off", json={"memory_enabled": False}), 200)
+    assert end_session(api, "off")["n"] == 1  # the session existed and ended
     assert job_rows(services, kind="sheet_updates") == []
     harbour_session(api, "c1")
     assert [r["chat_id"] for r in job_rows(services, kind="sheet_updates")] == ["c1"]
+
+
+def test_rv16_memory_switched_off_after_queueing_writes_nothing(with_model, fake, api, services):
+    """rule RV16: a queued job of a chat whose memory is then switched off asks no model and
+    writes nothing."""
+    with_model.builders["sheet_updates"] = update("Ayla", appearance="Short hair.")
+    cast_with_sheets(api)
+    harbour_session(api)
+    expect_ok(api.put("/v1/chats/c1", json={"memory_enabled": False}), 200)
+    drain(services)
+    job = the_job(services)
+    assert job["state"] == "done" and job["result"] == {"skipped": "nothing left to do"}
+    assert sheet_prompts(fake) == [] and character(api, "ayla.png")["sheet"]["appearance"] == "Long dark hair."
 
 
 @pytest.mark.parametrize("overrides", [{"llm_mode": "extractive"}], indirect=True)
