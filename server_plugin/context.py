@@ -8,8 +8,9 @@
    speaker (visibility.py decides; nothing here does): client texts, pinned memories (RV11),
    sheets of present characters (SW1), story cards the speaker may know with their per-chat
    statistics (QS5), open campaign notes (SW3), story summary parts (SW2), the memory bank
-   (QS8: the RV7 per-turn unpinned set, ranked by cosine similarity to the last action; search
-   results join it once search.py exists);
+   (QS8: the RV7 per-turn unpinned set ranked by cosine similarity to the last action, fused with
+   hybrid search results for the same action: older memories, character memories, scene and
+   session summaries, and messages that left the live window, as the speaker knows them, SW6/SW9b);
 4. `assemble()` — every budget rule lives there;
 5. `record_turn()`: the chat remembers `context_tokens` (for the live window of the compaction
    after the turn, RV2); a new turn (not a swipe, a regenerate or a repeated call for the same
@@ -32,8 +33,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import (changes, characters, chats, conversation, lore, memories, notes, sessions, sheets,
-               summaries)
+from . import (changes, characters, chats, conversation, lore, memories, notes, search, sessions,
+               sheets, summaries)
 from . import sheet_drafts  # noqa: F401  (registers the session-end sheet drafts, SW1)
 from .assemble import (
     Assembly,
@@ -49,7 +50,7 @@ from .assemble import (
     scan_texts,
 )
 from .db import Connection, loads
-from .errors import NotFound
+from .errors import NotFound, ServiceUnavailable
 from .services import Services
 from .triggers import CastMember, TriggerIndex, present_characters
 from .visibility import can_see
@@ -219,17 +220,79 @@ def saved_memories(svc: Services, chat: dict[str, Any], turn: Turn) -> SavedMemo
 
 
 def memory_bank(svc: Services, query: np.ndarray | None,
-                unpinned: Sequence[dict[str, Any]]) -> list[Item]:
-    """QS8: the per-turn unpinned memories (and search results, when search exists), ranked by
-    cosine similarity to the last action; ties and a missing query keep newest first."""
+                unpinned: Sequence[dict[str, Any]], found: Sequence[Item] = ()) -> list[Item]:
+    """QS8: the per-turn unpinned memories ranked by cosine similarity to the last action (ties
+    and a missing query keep newest first), fused with search's results (`found`, best first) by
+    reciprocal rank: an item both lists rank high comes first, and either list alone still counts."""
     items = [Item(m["id"], m["text"]) for m in unpinned]
-    if query is None or not items:
+    if query is not None and items:
+        vectors = memory_vectors(svc, unpinned)
+        scores = {m["id"]: float(np.dot(vectors[(m["id"], m["version"])], query))
+                  for m in unpinned if (m["id"], m["version"]) in vectors}
+        order = {item.id: n for n, item in enumerate(items)}
+        items = sorted(items, key=lambda i: (-scores.get(i.id, -1.0), order[i.id]))
+    if not found:
         return items
-    vectors = memory_vectors(svc, unpinned)
-    scores = {m["id"]: float(np.dot(vectors[(m["id"], m["version"])], query))
-              for m in unpinned if (m["id"], m["version"]) in vectors}
-    order = {item.id: n for n, item in enumerate(items)}
-    return sorted(items, key=lambda i: (-scores.get(i.id, -1.0), order[i.id]))
+    fused: dict[str, float] = {}
+    texts: dict[str, str] = {}
+    for ranked in (items, found):
+        for rank, item in enumerate(ranked):
+            fused[item.id] = fused.get(item.id, 0.0) + 1.0 / (RRF_K + rank)
+            texts.setdefault(item.id, item.text)
+    first = {item_id: n for n, item_id in enumerate(texts)}
+    return [Item(i, texts[i]) for i in sorted(texts, key=lambda i: (-fused[i], first[i]))]
+
+
+RRF_K = 60  # the usual reciprocal-rank constant: ranks far down either list add little
+BANK_KINDS = ("memory", "character_memory", "scene_summary", "session_summary", "message")
+
+
+def bank_search(svc: Services, chat: dict[str, Any], turn: Turn, text: str,
+                messages: Sequence[Message], held: Sequence[Item]) -> list[Item]:
+    """Search's candidates for the memory bank (QS8, SW6): the `memory_bank_search_results` best
+    items for the last action that the speaker knows (SW9b) in this chat or in none, minus what
+    the context already holds (`held`: pinned memories and the story summary's sessions; the
+    live window's messages). Saved memories come from the scopes of this chat (RV5) as in the
+    per-turn set. Empty while the index is still being built in the background: a turn does
+    not wait for it."""
+    k = int(svc.settings.memory_bank_search_results)
+    state = search.state_of(svc)
+    if k <= 0 or not text.strip() or (state.thread is not None and not state.ready.is_set()):
+        return []
+    try:
+        results = search.search(svc, text[-QUERY_MAX_CHARS:], viewer_id=turn.speaker_id,
+                                chat_id=chat["id"], kinds=BANK_KINDS, k=k)
+    except ServiceUnavailable:
+        return []
+    live = {m.id for m in messages}
+    held_ids = {item.id for item in held}
+    scopes = {turn.speaker_id, *chat["member_ids"]}
+    names = speaker_names(svc.db.reader(), chat["id"],
+                          [r["id"] for r in results if r["kind"] == "message"])
+    found = []
+    for r in results:
+        if r["kind"] == "memory":
+            if r["id"] not in held_ids and (r["character_id"] is None or r["character_id"] in scopes):
+                found.append(Item(r["id"], r["text"]))
+        elif r["kind"] == "message":
+            if r["id"] not in live:
+                found.append(Item(f"message:{r['id']}", f"{names.get(r['id'], 'Someone')}: {r['text']}"))
+        elif r["kind"] == "session_summary":
+            n = r["id"].rpartition("#")[2]
+            if f"session:{n}:full" not in held_ids and f"session:{n}:short" not in held_ids:
+                found.append(Item(f"session_summary:{r['id']}", r["text"]))
+        else:
+            found.append(Item(f"{r['kind']}:{r['id']}", r["text"]))
+    return found
+
+
+def speaker_names(conn: Connection, chat_id: str, message_ids: Sequence[str]) -> dict[str, str]:
+    """The speaker's name (or role) of some messages of a chat, by message id."""
+    if not message_ids:
+        return {}
+    marks = ",".join("?" * len(message_ids))
+    return {r[0]: r[1] or r[2] for r in conn.execute(
+        f"SELECT id, name, role FROM messages WHERE chat_id=? AND id IN ({marks})", [chat_id, *message_ids])}
 
 
 def memory_vectors(svc: Services, chosen: Sequence[dict[str, Any]]) -> dict[tuple[str, int], np.ndarray]:
@@ -288,13 +351,17 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
                                  scan_texts(messages, turn.last_action, rules.card_scan_min_actions),
                                  turn.speaker_id, chat["member_ids"], turn.present_ids)
     saved = saved_memories(svc, chat, turn)
+    summary = story_summary(svc, chat["id"])
+    found = (bank_search(svc, chat, turn, last.text if last is not None else action.text, messages,
+                         [*summary, *saved.pinned])
+             if bank_on and characters.learning_enabled(conn, turn.speaker_id) else [])
     cards = story_cards(svc, turn.speaker_id,
                         [m.text for m in messages] + ([last.text] if last is not None else []))
     candidates = Candidates(
         last_action=turn.last_action, messages=messages,
         instructions=turn.instructions, plot_essentials=turn.plot_essentials,
         authors_note=turn.authors_note, front_memory=turn.front_memory,
-        story_summary=story_summary(svc, chat["id"]),
+        story_summary=summary,
         pinned_memories=saved.pinned,
         character_sheets=character_sheets(svc, the_cast, present, turn.speaker_id),
         campaign_notes=campaign_notes(svc, chat["id"]),
@@ -302,7 +369,7 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
         card_stats=card_stats(conn, chat["id"], cards),
         # With the bank off, the per-turn set still goes in, unranked, so the report shows it
         # left out for that reason (`memory_bank_off`).
-        memory_bank=memory_bank(svc, query, saved.unpinned),
+        memory_bank=memory_bank(svc, query, saved.unpinned, found),
         memory_bank_enabled=bank_on,
     )
     out = assemble(candidates, turn.context_tokens, svc.tokens, rules=rules,

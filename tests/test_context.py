@@ -504,3 +504,71 @@ def test_rv7_per_turn_set_cached_until_its_own_tables_change(api, services, monk
     expect_ok(api.put("/v1/chats/c1", json={"memory_enabled": False}))
     out = turn(api, speaker="a.png", text="five")
     assert section(out, "memory_bank")["included"] == []  # RV16
+
+
+# --- QS8 with SW6: search results join the memory bank ------------------------------------------
+
+OATH = "I swore on my mother's grave never to sail the Black Reach again."
+
+
+def left_the_window(api, chat_id="c1"):
+    """The oath, then 59 small lines: the live window (at most 50 messages, RV2) has lost it."""
+    post_messages(api, chat_id, [OATH] + [f"Line {i} of the tale." for i in range(2, 61)])
+
+
+def test_qs8_sw6_a_message_that_left_the_live_window_comes_back_through_search(api):
+    """rules QS8/SW6/RV2: the memory bank holds search's results for the last action; a message
+    outside the live window returns verbatim with its speaker, and no live message is repeated."""
+    character(api, "a.png", "Ayla")
+    chat(api, members=["a.png"])
+    left_the_window(api)
+    out = turn(api, speaker="a.png", text="Will you sail the Black Reach with us tomorrow?")
+    assert "m1" not in out["live_message_ids"]
+    bank = ids(section(out, "memory_bank")["included"])
+    assert "message:m1" in bank
+    assert f"Player: {OATH}" in block(out, "memory_bank")
+    assert not {f"message:{m}" for m in out["live_message_ids"]} & set(bank)
+
+
+def test_sw9b_search_in_the_bank_only_brings_what_the_speaker_witnessed(api):
+    """rule SW9b: messages said before a character joined the chat are not its to recall."""
+    character(api, "a.png", "Ayla")
+    character(api, "b.png", "Brann")
+    chat(api, members=["b.png"])
+    left_the_window(api)
+    expect_ok(api.put("/v1/chats/c1", json={"member_ids": ["b.png", "a.png"]}))  # Ayla joins later
+    action = "Will you sail the Black Reach with us tomorrow?"
+    assert "message:m1" in ids(section(turn(api, speaker="b.png", text=action), "memory_bank")["included"])
+    out = turn(api, speaker="a.png", text=action)
+    assert not [i for i in ids(section(out, "memory_bank")["included"]) if i.startswith("message:")]
+    assert "Black Reach never" not in block(out, "memory_bank")
+
+
+def test_rv5_rv16_search_in_the_bank_keeps_the_chats_scopes_and_switches(api):
+    """rules RV5/RV16/QS4: a memory of a character outside this chat stays out of its bank;
+    memory off for the chat or the bank off by the client means no search results either."""
+    character(api, "a.png", "Ayla")
+    character(api, "z.png", "Zed")
+    chat(api, members=["a.png"])
+    mine = memory(api, "Ayla keeps a silver compass from the Black Reach.", scope="character",
+                  character_id="a.png")
+    theirs = memory(api, "Zed sank a ship in the Black Reach.", scope="character", character_id="z.png")
+    action = "Tell me about the Black Reach."
+    bank = ids(section(turn(api, speaker="a.png", text=action), "memory_bank")["included"])
+    assert mine in bank and theirs not in bank
+    left_the_window(api)
+    out = turn(api, speaker="a.png", text=action, memory_bank=False)
+    assert section(out, "memory_bank")["included"] == []
+    expect_ok(api.put("/v1/chats/c1", json={"memory_enabled": False}))
+    assert section(turn(api, speaker="a.png", text=action), "memory_bank")["included"] == []
+
+
+def test_qs8_fusion_puts_an_item_both_lists_rank_high_first(services):
+    """rule QS8: the per-turn set and search's results are fused by reciprocal rank."""
+    from server_plugin.assemble import Item
+    from server_plugin.context import memory_bank
+    unpinned = [{"id": "x", "text": "X", "version": 1}, {"id": "y", "text": "Y", "version": 1}]
+    found = [Item("message:m1", "P: old line"), Item("y", "Y")]
+    fused = memory_bank(services, None, unpinned, found)
+    assert [i.id for i in fused] == ["y", "x", "message:m1"]
+    assert [i.id for i in memory_bank(services, None, unpinned)] == ["x", "y"]

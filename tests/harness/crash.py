@@ -94,7 +94,7 @@ def run_crash_cycles(workdir: Path, kills: int = 20, workers: int = 3, seed: int
             report.problems += [f"cycle {cycle} (seed {seed}): {p}" for p in store_problems(copy)]
             log(f"cycle {cycle}: killed {'while loading' if while_loading else 'after ready'} "
                 f"{time.monotonic() - t0:.1f} s after start, "
-                f"acked so far {sum(sum(w.ledger.acked.values()) for w in team)}")
+                f"acked so far {sum(sum(dict(w.ledger.acked).values()) for w in team)}")
         side.start()
         report.problems += _reconcile(team, side, report)
         # Background jobs cut by the kills resume: all of them finish, none fails.
@@ -119,7 +119,7 @@ def run_crash_cycles(workdir: Path, kills: int = 20, workers: int = 3, seed: int
 def _wait_for_model_writes(team: list[Worker], count: int, limit: float = 30.0) -> None:
     """Until the team has `count` more acknowledged writes that needed the model (or `limit` s)."""
     def done() -> int:
-        return sum(n for w in team for op, n in w.ledger.acked.items() if op in MODEL_WRITES)
+        return sum(n for w in team for op, n in dict(w.ledger.acked).items() if op in MODEL_WRITES)
 
     target = done() + count
     deadline = time.monotonic() + limit
