@@ -10,7 +10,7 @@ from flask import Flask
 from flask_cors import CORS
 from werkzeug.exceptions import HTTPException
 
-from . import api, conversation, episodes, jobs, migrations, search  # noqa: F401  (they register the job kinds)
+from . import api, conversation, episodes, jobs, migrations, search, sheet_updates  # noqa: F401  (they register the job kinds)
 from .api.common import EXTENSION_KEY
 from .clock import Clock
 from .db import Database, StorageFull, StorageUnavailable

@@ -77,6 +77,7 @@ class Labels:
     def __init__(self, body: dict[str, Any]) -> None:
         user = body["messages"][1]["content"]
         self.system = body["messages"][0]["content"]
+        self.user = user
         self.characters = {m.group(2).split(" (")[0].split(",")[0]: m.group(1)
                            for m in re.finditer(r"^(c\d+) = (.+)$", user, re.M)}
         self.messages = [(m.group(1), m.group(2)) for m in re.finditer(
@@ -101,13 +102,15 @@ TASKS = {
     "chunk_summary": "summarise a stretch",
     "merge_summaries": "merge consecutive summaries",
     "durable_memories": "file the few facts",
+    "sheet_updates": "keep the character sheets",
 }
 EMPTY = {"character_memories": {"memories": []}, "scene_summaries": {"scenes": []},
          "told_events": {"events": []}, "durable_memories": {"memories": []},
          "session_summary": {"full": "They talked.", "short": "They talked.", "quotes": [],
                              "open_threads": [], "resolved": []},
          "chunk_summary": {"summary": "They talked.", "quotes": []},
-         "merge_summaries": {"summary": "They talked.", "keep_quotes": []}}
+         "merge_summaries": {"summary": "They talked.", "keep_quotes": []},
+         "sheet_updates": {"new": [], "updates": []}}
 
 
 def task_of(body: dict[str, Any]) -> str:
