@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+import pytest
 
 from server_plugin import index
 from tests.chatkit import drain, iso, post
 from tests.conftest import expect_ok
+from tests.fakellm import FakeLLM
 
 # Compaction and deep memory stay out of the way unless a test asks for them.
 QUIET = {"live_window_max_messages": 50, "deep_memory_min_new_messages": 10_000}
@@ -130,6 +133,15 @@ class Answers:
         self.seen.append(task)
         build = self.builders.get(task)
         return json.dumps(build(Labels(body)) if build else EMPTY[task])
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLLM]:
+    """A real fake-model server answering each extraction task from its prompt's labels."""
+    server = FakeLLM().start()
+    server.responder = Answers()
+    yield server
+    server.stop()
 
 
 def told_answer(teller: str, listeners: list[str], secret_words: str, message_words: str,

@@ -12,10 +12,10 @@ import pytest
 from server_plugin import jobs
 from tests.chatkit import drain, job_rows, turn_messages, turns
 from tests.conftest import expect_error, expect_ok
-from tests.episodekit import (QUIET, Answers, Labels, chat, end_session, episodes, index_count,
+from tests.episodekit import (fake,  # noqa: F401  (a fixture)
+                              QUIET, Labels, chat, end_session, episodes, index_count,
                               index_entry, line, messages_by_id, no_orphans, post_lines,
                               register_cast)
-from tests.fakellm import FakeLLM
 
 KEEPER = "I left the harbour because of the lantern keeper."
 HARBOUR = [
@@ -147,14 +147,6 @@ def test_rv13_sw4_deep_memory_chunks_file_character_memories_once(api, services)
 
 
 # --- openai mode: the standard format, strict parsing, verified quotes -------------------------
-@pytest.fixture
-def fake():
-    server = FakeLLM().start()
-    server.responder = Answers()
-    yield server
-    server.stop()
-
-
 def openai(fake, **extra):
     return dict(QUIET, llm_mode="openai", llm_url=fake.url, llm_model="fake-model", llm_retries=0,
                 llm_read_timeout=5, **extra)

@@ -12,20 +12,12 @@ from server_plugin import visibility
 from server_plugin.visibility import ItemRef
 from tests.chatkit import drain
 from tests.conftest import expect_ok
-from tests.episodekit import (QUIET, Answers, Labels, chat, end_session, episodes, index_entry,
+from tests.episodekit import (fake,  # noqa: F401  (a fixture)
+                              QUIET, Answers, Labels, chat, end_session, episodes, index_entry,
                               line, message_seq, no_orphans, post_lines, register_cast, told_answer)
-from tests.fakellm import FakeLLM
 
 KEY = "I buried the silver key under the chapel bell."
 TOLD = "Kai buried the silver key under the chapel bell, Cora."
-
-
-@pytest.fixture
-def fake():
-    server = FakeLLM().start()
-    server.responder = Answers()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

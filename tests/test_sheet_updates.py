@@ -13,8 +13,8 @@ from server_plugin import extractive, jobs, prompts
 from server_plugin.prompts import CharacterRef, ChatMessage, Newcomer, PromptParseError, SheetInput
 from tests.chatkit import drain, iso, job_rows
 from tests.conftest import expect_ok
-from tests.episodekit import QUIET, Answers, Labels, chat, end_session, line, post_lines, register_cast
-from tests.fakellm import FakeLLM
+from tests.episodekit import (fake,  # noqa: F401  (a fixture)
+                              QUIET, Labels, chat, end_session, line, post_lines, register_cast)
 
 MESSAGES = [ChatMessage("a1", "Old Tom", "*The old boatman spits.* \"Forty years I've mended nets here.\"",
                         role="assistant"),
@@ -134,14 +134,6 @@ def the_job(services) -> dict:
 
 def update(character_name: str, **fields: str):
     return lambda lb: {"new": [], "updates": [{"character": lb.c(character_name), "fields": fields}]}
-
-
-@pytest.fixture
-def fake():
-    server = FakeLLM().start()
-    server.responder = Answers()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
