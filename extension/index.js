@@ -12,6 +12,7 @@ import { installPanel } from './src/panel/panel.js';
 import { bindSettingsPanel } from './src/settings_panel.js';
 import { INSTALL_CONFIG_FILE, SETTINGS_KEY, fromInstallConfig, withDefaults } from './src/settings.js';
 import { ChatSync, chatMembers, speakerOf, stampTurn, swipePending } from './src/sync.js';
+import { cachedCounter, standingText } from './src/reserve.js';
 import { registerTools } from './src/tools.js';
 import { JobWorker } from './src/worker.js';
 
@@ -94,6 +95,11 @@ const sync = new ChatSync({
 });
 state.sync = sync;
 
+// Tokens of SillyTavern's own standing prompt, counted once per text with the model's tokenizer
+// (a rough count when it cannot answer within STANDING_COUNT_MS).
+const STANDING_COUNT_MS = 250;
+const countStanding = cachedCounter(text => ctx().getTokenCountAsync(text), STANDING_COUNT_MS);
+
 globalThis.chroniclerInterceptor = createInterceptor({
     getContext: ctx,
     getSettings: settings,
@@ -105,6 +111,7 @@ globalThis.chroniclerInterceptor = createInterceptor({
     notifySuccess,
     stats: state.stats,
     features,
+    standingTokens: c => countStanding(standingText(c)),
 });
 globalThis.chronicler = state;
 

@@ -7,6 +7,7 @@
 import { isMissingRoute } from './client.js';
 import { applyPrompts, blocksToPrompts, clearPrompts } from './inject.js';
 import { chatMembers, messageId, messageTurn } from './sync.js';
+import { sidecarBudget } from './reserve.js';
 
 /** Generation types that get no context: our own background generations. */
 export const SKIPPED_TYPES = Object.freeze(['quiet']);
@@ -125,6 +126,7 @@ export class RingBuffer {
  *   notifySuccess: () => void,
  *   stats: {timings: RingBuffer, lastReport: any, lastError: any, lastTrimmed: number},
  *   features?: {known: Record<string, boolean|undefined>, note: (name: string, exists: boolean) => void},
+ *   standingTokens?: (ctx: any) => Promise<number>,
  * }} deps
  */
 export function createInterceptor(deps) {
@@ -158,9 +160,12 @@ export function createInterceptor(deps) {
 
         try {
             const { activeMemberIds, isGroup } = chatMembers(ctx);
+            // SillyTavern's own card, persona and system prompt take their part of contextSize first.
+            const standing = (await deps.standingTokens?.(ctx)) ?? 0;
             const body = contextRequest({
                 chatId, speakerId, presentIds: isGroup ? activeMemberIds : [speakerId],
-                contextSize, type, chat, memoryBank: settings.memoryBank !== false,
+                contextSize: sidecarBudget(contextSize, standing, settings.promptOverheadTokens),
+                type, chat, memoryBank: settings.memoryBank !== false,
             });
             deps.stats.lastRequest = body;
             const asked = performance.now();

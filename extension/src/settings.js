@@ -18,6 +18,9 @@ export const DEFAULTS = Object.freeze({
     token: '',
     // The per-turn context call must not hold up a generation for long: past this it fails open.
     contextTimeoutMs: 1500,
+    // Left out of the sidecar's budget besides SillyTavern's own card, persona and system prompt
+    // (counted every turn): message framing, names and separators SillyTavern adds.
+    promptOverheadTokens: 100,
     // Of that time, how long to wait first for a swipe's rollback (and deletes, a chat's registration).
     syncWaitMs: 750,
     // Every other call to the sidecar (sync, rollback, health).
@@ -60,6 +63,7 @@ export function withDefaults(stored) {
     if (!Number.isFinite(out.contextTimeoutMs) || out.contextTimeoutMs <= 0) out.contextTimeoutMs = DEFAULTS.contextTimeoutMs;
     if (!Number.isFinite(out.syncWaitMs) || out.syncWaitMs < 0) out.syncWaitMs = DEFAULTS.syncWaitMs;
     if (!Number.isFinite(out.requestTimeoutMs) || out.requestTimeoutMs <= 0) out.requestTimeoutMs = DEFAULTS.requestTimeoutMs;
+    if (!Number.isFinite(out.promptOverheadTokens) || out.promptOverheadTokens < 0) out.promptOverheadTokens = DEFAULTS.promptOverheadTokens;
     if (!Number.isInteger(out.syncBatchSize) || out.syncBatchSize <= 0) out.syncBatchSize = DEFAULTS.syncBatchSize;
     if (!['sidecar', 'sillytavern'].includes(out.llmMode)) out.llmMode = DEFAULTS.llmMode;
     if (!Number.isInteger(out.recallResults) || out.recallResults < 1 || out.recallResults > 50) out.recallResults = DEFAULTS.recallResults;

@@ -98,3 +98,13 @@ test('dc2: quiet generations and a disabled extension are left alone', async () 
     assert.deepEqual([...s.calls, ...t.calls], []);
     assert.equal(s.deps.turns.current, null);
 });
+
+test('qs1: the sidecar is asked for the context size minus SillyTavern\'s own standing prompt and the overhead', async () => {
+    const s = setup({ answer: { blocks: [], live_message_ids: [] }, settings: { promptOverheadTokens: 100 } });
+    s.deps.standingTokens = async ctx => (ctx === s.ctx ? 900 : 0);
+    await s.run([...s.stored], 4000, () => {}, 'normal');
+    assert.equal(s.calls[0][0].context_tokens, 3000);
+    delete s.deps.standingTokens; // an interceptor built without a counter asks for all of it but the overhead
+    await s.run([...s.stored], 4000, () => {}, 'normal');
+    assert.equal(s.calls[1][0].context_tokens, 3900);
+});
