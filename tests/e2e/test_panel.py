@@ -627,10 +627,11 @@ def test_qs_context_tab_explains_the_last_generation(st: STPage, sidecar: Sideca
     seed_story(sidecar, avatar)
     add_chat_messages(st, 12)
     if has_route(sidecar, "POST", "/v1/context"):
-        # A small model context (900 tokens for the prompt), so the budget has to leave things out.
+        # A small model context (1,700 tokens for the prompt, of which Seraphina's card and the main
+        # prompt take about 800 before ours), so the budget has to leave things out.
         st.evaluate("() => { const s = SillyTavern.getContext().chatCompletionSettings;"
                     " window.__ctx = [s.openai_max_context, s.openai_max_tokens];"
-                    " s.openai_max_context = 1200; s.openai_max_tokens = 300; }")
+                    " s.openai_max_context = 2000; s.openai_max_tokens = 300; }")
         try:
             st.send("Seraphina, what do you remember about my sister?")
         finally:
