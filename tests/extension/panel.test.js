@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { SidecarClient, queryString } from '../../extension/src/client.js';
-import { BAR_GROUPS, budgetSegments, entryGroups, percentages, reasonLabel, reportSections } from '../../extension/src/panel/budget.js';
+import { BAR_GROUPS, budgetSegments, entryGroups, entryName, percentages, reasonLabel, reportSections } from '../../extension/src/panel/budget.js';
 import { fieldKey, fieldLabel } from '../../extension/src/panel/characters.js';
 import { DraftReview, SelectionSet, fitLines, limitMessage, rawDrafts, runLengths } from '../../extension/src/panel/drafts_model.js';
 import { jobSummary } from '../../extension/src/panel/jobs.js';
@@ -330,4 +330,15 @@ test('dc4: the panel\'s client calls build the documented paths, ids percent-enc
     ]);
     assert.equal(queryString({}), '');
     assert.equal(queryString({ a: undefined, b: null }), '');
+});
+
+test('qs8: the Context tab names what search recalled into the memory bank', () => {
+    const labels = new Map([['m1', '“Call me Captain.”'], ['msg-7', '#7 User: I swore an oath']]);
+    assert.equal(entryName('m1', labels), '“Call me Captain.”');
+    assert.equal(entryName('message:msg-7', labels), 'recalled #7 User: I swore an oath');
+    assert.equal(entryName('message:gone', labels), 'recalled an older message');
+    assert.equal(entryName('scene_summary:ep_1', labels), 'recalled a scene summary');
+    assert.equal(entryName('session_summary:chat#3', labels), 'recalled a session summary');
+    assert.equal(entryName('character_memory:ep_2', labels), 'recalled a character memory');
+    assert.equal(entryName('lore_9', labels), 'lore_9');
 });

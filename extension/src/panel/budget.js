@@ -50,6 +50,29 @@ export function reasonLabel(reason) {
     return REASONS[reason] ?? String(reason ?? '').replace(/_/g, ' ');
 }
 
+/** What search brought into the memory bank besides saved memories (the sidecar's `kind:id`). */
+const RECALLED_KINDS = {
+    character_memory: 'a character memory',
+    scene_summary: 'a scene summary',
+    session_summary: 'a session summary',
+};
+
+/**
+ * How the Context tab names a report entry: its label when one is known (a memory's text, a chat
+ * message, a card's title); a recalled message by the chat message it is; other recalled items by
+ * their kind; the bare id otherwise.
+ * @param {string} id
+ * @param {Map<string, string>} labels
+ */
+export function entryName(id, labels) {
+    if (labels.has(id)) return labels.get(id);
+    const [kind, ...rest] = String(id).split(':');
+    const ref = rest.join(':');
+    if (kind === 'message' && ref) return `recalled ${labels.get(ref) ?? 'an older message'}`;
+    if (RECALLED_KINDS[kind] && ref) return `recalled ${RECALLED_KINDS[kind]}`;
+    return String(id);
+}
+
 /**
  * Integer percentages of `values` that sum to 100 (largest remainder), 0s when the total is 0.
  * @param {number[]} values

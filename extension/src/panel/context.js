@@ -5,7 +5,7 @@
 // and GET /v1/lore when the report cites them.
 
 import { messageId } from '../sync.js';
-import { DYNAMIC_SECTIONS, QUIET_REASONS, budgetSegments, entryGroups, reasonLabel, reportSections } from './budget.js';
+import { DYNAMIC_SECTIONS, QUIET_REASONS, budgetSegments, entryGroups, entryName, reasonLabel, reportSections } from './budget.js';
 import { append, button, clear, el } from './dom.js';
 import { describeError } from './memory_model.js';
 import { cut } from './text.js';
@@ -102,7 +102,7 @@ class ContextTab {
             const details = el('details', { class: 'chronicler-section', attrs: { open } }, head);
             for (const g of groups) {
                 const list = el('ul', { class: `chronicler-entries ${g.kind}` }, ...g.shown.map((e) => el('li', {},
-                    el('span', { class: 'chronicler-entry-name', text: labels.get(e.id) ?? e.id }),
+                    el('span', { class: 'chronicler-entry-name', text: entryName(e.id, labels) }),
                     el('span', { class: 'chronicler-entry-why', text: ` — ${reasonLabel(e.reason)}${e.tokens ? ` · ${n(e.tokens)} tokens` : ''}${e.detail ? ` · ${e.detail}` : ''}` }))));
                 if (g.more) list.append(el('li', { class: 'chronicler-hint', text: `…and ${g.more} more` }));
                 for (const [reason, count] of g.quiet) list.append(el('li', { class: 'chronicler-hint', text: `${count} ${reasonLabel(reason)}` }));
