@@ -719,6 +719,12 @@ def summaries_of(sidecar: Sidecar, chat_id: str) -> dict:
     return body
 
 
+def idle_jobs(sidecar: Sidecar, chat_id: str) -> bool:
+    status, body = sidecar.request("GET", f"/v1/jobs?chat_id={q(chat_id)}")
+    assert status == 200, body
+    return body["counts"]["pending"] == 0 and body["counts"]["running"] == 0
+
+
 def written(body: dict) -> list[dict]:
     return [s for tier in ("recent", "consolidated", "long_term") for s in body[tier] if s.get("text")]
 
@@ -732,6 +738,8 @@ def test_rv3_summaries_tab_shows_covered_messages_edits_and_rebuilds(st: STPage,
         pytest.skip("GET /v1/chats/{id}/summaries is not in this sidecar yet")
     add_chat_messages(st, 64)
     wait_until(lambda: written(summaries_of(sidecar, chat_id)), timeout=90, what="a summary written")
+    # Chunks and 4->1 merges go on in the background: compare the tab with a settled listing.
+    wait_until(lambda: idle_jobs(sidecar, chat_id), timeout=90, what="the chat's jobs done")
     page = st.page
     open_panel(st, "summaries")
     card = page.locator(".chronicler-tier .chronicler-summary").first
