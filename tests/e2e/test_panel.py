@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import REPO_ROOT, STPage, configure_chronicler
+from tests.e2e.st import REPO_ROOT, STPage, configure_chronicler, save_settings
 
 PANEL_SHOTS = REPO_ROOT / "test-artifacts" / "panel"
 DESKTOP = {"width": 1280, "height": 800}
@@ -637,6 +637,9 @@ def test_qs_context_tab_explains_the_last_generation(st: STPage, sidecar: Sideca
         finally:
             st.evaluate("() => { const s = SillyTavern.getContext().chatCompletionSettings;"
                         " [s.openai_max_context, s.openai_max_tokens] = window.__ctx; }")
+            # SillyTavern may have saved the small context meanwhile (its debounced autosave): save
+            # the restored one, or later tests (a page reload reads the saved settings) inherit it.
+            save_settings(st)
         report = st.evaluate("() => window.chronicler.stats.lastReport")
     else:  # the route is being built (issue 5): the same report, from the real assembler
         report = context_report(st, sidecar, avatar, context_tokens=900)
