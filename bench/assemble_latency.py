@@ -5,7 +5,7 @@ secrets, 300 character memories. It is written through the domain layer (memorie
 lore.import_world_info, characters.put, conversation.ingest) with the embeddings computed in big
 batches first: the embedder's cache then answers the domain calls. The 300 character memories
 (SW4) are search documents of kind "character_memory" (with their owner as the one who knows
-them): the episode tables are not on this branch yet.
+them): what search and the memory bank read of them (not the episodes table rows).
 
 Then a real sidecar process (waitress) answers 200 calls after 20 warm-up calls, each with a new
 last action (so the query embedding is never a cache hit), in a 3-member chat of the 40-character
@@ -197,6 +197,7 @@ def run(data_dir: str, n: int) -> None:
         session.headers["Authorization"] = f"Bearer {TOKEN}"
         base = f"http://127.0.0.1:{port}/v1"
         wait_ready(session, base)
+        print(f"background jobs from the fill drained in {wait_drained(session, base):.0f} s", flush=True)
         rnd = random.Random(11)
         texts = actions(rnd, n + 20)
         floor_texts = actions(random.Random(12), n + 20)
@@ -261,6 +262,18 @@ def wait_ready(session: requests.Session, base: str) -> None:
             pass
         time.sleep(0.2)
     raise RuntimeError("the sidecar did not become ready")
+
+
+def wait_drained(session: requests.Session, base: str, limit: float = 1800) -> float:
+    """Wait until the background jobs the fill queued (summaries of 10,000 messages, session-end
+    extraction) are done: a campaign between sessions, not one catching up. Returns the seconds."""
+    started = time.time()
+    while time.time() - started < limit:
+        counts = session.get(f"{base}/jobs", timeout=10).json()["counts"]
+        if counts["pending"] == 0 and counts["running"] == 0:
+            return time.time() - started
+        time.sleep(1)
+    raise RuntimeError("the background jobs did not finish")
 
 
 def describe(out: dict) -> None:

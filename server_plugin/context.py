@@ -247,7 +247,7 @@ RRF_K = 60  # the usual reciprocal-rank constant: ranks far down either list add
 BANK_KINDS = ("memory", "character_memory", "scene_summary", "session_summary", "message")
 
 
-def bank_search(svc: Services, chat: dict[str, Any], turn: Turn, text: str,
+def bank_search(svc: Services, chat: dict[str, Any], turn: Turn, text: str, vector: np.ndarray,
                 messages: Sequence[Message], held: Sequence[Item]) -> list[Item]:
     """Search's candidates for the memory bank (QS8, SW6): the `memory_bank_search_results` best
     items for the last action that the speaker knows (SW9b) in this chat or in none, minus what
@@ -260,8 +260,8 @@ def bank_search(svc: Services, chat: dict[str, Any], turn: Turn, text: str,
     if k <= 0 or not text.strip() or (state.thread is not None and not state.ready.is_set()):
         return []
     try:
-        results = search.search(svc, text[-QUERY_MAX_CHARS:], viewer_id=turn.speaker_id,
-                                chat_id=chat["id"], kinds=BANK_KINDS, k=k)
+        results = search.search(svc, query_text(text), viewer_id=turn.speaker_id,
+                                chat_id=chat["id"], kinds=BANK_KINDS, k=k, vector=vector)
     except ServiceUnavailable:
         return []
     live = {m.id for m in messages}
@@ -332,7 +332,7 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     # The one slow step, first: an action's own text is the query (QS8); a Continue's is the
     # model's last output, known once the live window is read.
     action = turn.last_action
-    query = query_vector(svc, action.text) if turn.memory_bank and action.kind == "action" else None
+    query = query_vector(svc, action.text, turn.chat_id) if turn.memory_bank and action.kind == "action" else None
     conn = svc.db.reader()
     chat = chats.fetch(conn, turn.chat_id)
     if chat is None:
@@ -344,7 +344,7 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     if not bank_on:
         query = None
     elif query is None and last is not None:
-        query = query_vector(svc, last.text)
+        query = query_vector(svc, last.text, turn.chat_id)
 
     the_cast = cast(svc)
     present = present_characters(the_cast.members,
@@ -352,9 +352,9 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
                                  turn.speaker_id, chat["member_ids"], turn.present_ids)
     saved = saved_memories(svc, chat, turn)
     summary = story_summary(svc, chat["id"])
-    found = (bank_search(svc, chat, turn, last.text if last is not None else action.text, messages,
-                         [*summary, *saved.pinned])
-             if bank_on and characters.learning_enabled(conn, turn.speaker_id) else [])
+    found = (bank_search(svc, chat, turn, last.text if last is not None else action.text, query,
+                         messages, [*summary, *saved.pinned])
+             if query is not None and characters.learning_enabled(conn, turn.speaker_id) else [])
     cards = story_cards(svc, turn.speaker_id,
                         [m.text for m in messages] + ([last.text] if last is not None else []))
     candidates = Candidates(
@@ -383,16 +383,24 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
 QUERY_MAX_CHARS = 1000  # MiniLM reads ~256 word pieces; the end of a long action is its point
 
 
-def query_vector(svc: Services, text: str) -> np.ndarray | None:
-    """The memory bank's query (None: nothing to rank by, or the model is still loading — then
-    the bank keeps newest first rather than fail the turn)."""
+def query_text(text: str) -> str:
+    """The memory bank's query text: a long action's end, from a whole word."""
     text = text.strip()
-    if not text or not svc.embedder.ready:
-        return None
     if len(text) > QUERY_MAX_CHARS:
         cut = text[-QUERY_MAX_CHARS:]
-        text = cut.split(None, 1)[-1] if " " in cut else cut  # start on a whole word
-    return svc.embedder.embed_one(text, svc.embed_wait())
+        text = cut.split(None, 1)[-1] if " " in cut else cut
+    return text
+
+
+def query_vector(svc: Services, text: str, chat_id: str) -> np.ndarray | None:
+    """The memory bank's one query embedding, search's own (names read with the chat's cast), so
+    the per-turn memories and search rank against the same vector (None: nothing to rank by, or
+    the model is still loading — then the bank keeps newest first and searches nothing rather
+    than hold up the turn)."""
+    text = query_text(text)
+    if not text or not svc.embedder.ready:
+        return None
+    return search.query_vector(svc, text, chat_id)
 
 
 def action_key(turn: Turn, last: Message | None) -> str:

@@ -570,20 +570,31 @@ def query_cast(svc: Services, chat_id: str | None) -> R.Cast:
     return svc.cached("search_cast", (version, chat_id, members), build, size=64)
 
 
+def query_vector(svc: Services, query: str, chat_id: str | None = None) -> np.ndarray:
+    """The dense side of a query (SW6): the text as `dense_query_text` reads it with the chat's
+    cast (stored vectors are embedded without character names), embedded. The context call
+    computes it once and ranks its per-turn memories with it too."""
+    text = R.dense_query_text(query, query_cast(svc, chat_id), params_of(svc.settings))
+    return svc.embedder.embed_one(text, svc.embed_wait())
+
+
 def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: str | None = None,
-           kinds: Sequence[str] | None = None, k: int = 10) -> list[dict[str, Any]]:
+           kinds: Sequence[str] | None = None, k: int = 10,
+           vector: np.ndarray | None = None) -> list[dict[str, Any]]:
     """The `k` best items for `query` that the viewer may know (SW6, SW9b), best first.
 
     `viewer_id` None is a person (sees everything); `chat_id` keeps that chat's items plus those
     of no chat (lore, memories saved outside a chat); `kinds` None means every kind. Each result:
     `{id, kind, text, score, source_message_ids, chat_id, character_id, created_at}` — `id` is the
-    message id for a message (which cites itself), the item's id otherwise.
+    message id for a message (which cites itself), the item's id otherwise. `vector`: the query's
+    `query_vector`, when the caller has it already.
     """
     state = state_of(svc)
     state.ensure_loaded(svc.embed_wait())
     params = params_of(svc.settings)
     cast = query_cast(svc, chat_id)
-    vector = svc.embedder.embed_one(R.dense_query_text(query, cast, params), svc.embed_wait())
+    if vector is None:
+        vector = query_vector(svc, query, chat_id)
     prepared = R.prepare_query(query, cast, vector, params)
     k = max(0, min(int(k), int(svc.settings.search_max_k)))
     scopes = visibility.readable_scopes(svc.db.reader(), viewer_id) if viewer_id is not None else ()
