@@ -81,7 +81,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
     """A ready Flask app (serve it with waitress; see cli.py)."""
     services = services or build_services(settings)
     token, _ = ensure_token(settings)
-    app = Flask("chronicler")
+    app = Flask("chronicler", static_folder=None)  # no static route: an API only
     # An id holding a percent-encoded '/' arrives as '//' in the path; Werkzeug would answer with a
     # 308 redirect to the path with one slash, i.e. to ANOTHER id (and a browser re-sends the PUT
     # there). Without merging, such a path matches no route: 404 in the envelope.
