@@ -70,6 +70,20 @@ def ordered(conn: Connection, chat_id: str, where: str = "1", args: Sequence[Any
                         (chat_id, *args)).fetchall()
 
 
+def newest_within(rows: Sequence[Any], budget: int, limit: int) -> list[Any]:
+    """The newest of `rows` whose tokens (each counted at most `limit`) fit in `budget`, oldest
+    first; always at least the newest one (a prompt reads the latest message whatever its size)."""
+    kept: list[Any] = []
+    used = 0
+    for row in reversed(rows):
+        cost = min(row["tokens"], limit)
+        if kept and used + cost > budget:
+            break
+        kept.append(row)
+        used += cost
+    return kept[::-1]
+
+
 def by_ids(conn: Connection, chat_id: str, ids: Iterable[str]) -> list[Any]:
     """The messages with these ids (those that exist), in transcript order."""
     wanted = list(dict.fromkeys(ids))

@@ -190,15 +190,7 @@ def _fit(svc: Services, conn: Connection, rows: Sequence[Any]) -> tuple[list[pro
                for s in found]
     covered = {s["id"] for s in found}
     rest = [r for r in rows if r["summary_id"] not in covered]
-    tail: list[Any] = []
-    used = 0
-    for r in reversed(rest):
-        cost = min(r["tokens"], limit)
-        if tail and used + cost > budget:
-            break
-        tail.insert(0, r)
-        used += cost
-    return earlier, tail
+    return earlier, messages.newest_within(rest, budget, limit)
 
 
 def _apply(svc: Services, conn: Connection, job: jobs.Job, result: prompts.SessionSummary,

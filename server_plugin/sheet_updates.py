@@ -96,17 +96,8 @@ def present(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[prompts
 def newest_within(svc: Services, rows: Sequence[Any]) -> list[Any]:
     """The newest messages whose cost (each capped at `prompt_message_max_tokens`) fits in
     `episodes_prompt_max_tokens`; always at least the newest one."""
-    budget = int(svc.settings.episodes_prompt_max_tokens)
-    limit = int(svc.settings.prompt_message_max_tokens)
-    kept: list[Any] = []
-    used = 0
-    for row in reversed(rows):
-        cost = min(row["tokens"], limit)
-        if kept and used + cost > budget:
-            break
-        kept.append(row)
-        used += cost
-    return kept[::-1]
+    return messages.newest_within(rows, int(svc.settings.episodes_prompt_max_tokens),
+                                  int(svc.settings.prompt_message_max_tokens))
 
 
 def _sheet(character: dict[str, Any]) -> prompts.SheetInput:
