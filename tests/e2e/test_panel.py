@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.e2e.sidecar import Sidecar
 from tests.e2e.st import REPO_ROOT, STPage, configure_chronicler, save_settings
@@ -108,6 +109,25 @@ def wait_rows(st: STPage, n: int) -> None:
     st.page.wait_for_function(
         "n => document.querySelectorAll('.chronicler-memories .chronicler-list .chronicler-memory').length === n",
         arg=n, timeout=10_000)
+
+
+def rows(st: STPage) -> int:
+    return st.evaluate("() => document.querySelectorAll('.chronicler-memories .chronicler-list .chronicler-memory').length")
+
+
+def click_until(locator: Any, done: Any, timeout: float = 30.0) -> None:
+    """Click until `done()`: a list still settling after it opened may replace the button under a
+    click (Playwright then waits on the detached one)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            locator.click(timeout=3_000)
+        except PlaywrightTimeoutError:
+            pass
+        if done():
+            return
+        time.sleep(0.2)
+    raise AssertionError("the click never took effect")
 
 
 def confirm_popup(st: STPage, expect: str) -> Any:
@@ -359,7 +379,7 @@ def test_rv8_hundreds_of_memories_page_filter_and_restore_archived(st: STPage, s
     assert page.locator(".chronicler-quota").inner_text().startswith("Pinned 0 / 20 · Unpinned 100 / 100")
     more = page.locator(".chronicler-more")
     assert more.inner_text().strip() == "Show more (40 left)"
-    more.click()
+    click_until(more, lambda: rows(st) >= 100)
     wait_rows(st, 100)
     # Typing a filter, measured in the page: the input event until the list shows the one match
     # (includes the 120 ms the filter waits for typing to stop).
