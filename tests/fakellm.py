@@ -6,7 +6,7 @@ records every request it received so a test can read the exact prompt that reach
 
 Control, from the same process (`FakeLLM` object) or over HTTP when run as a script:
 - `script(replies)`: the next completions answer these texts in order (then the default again);
-- `script_tool_calls(calls)`: the next completion asks to call tools instead of answering text
+- `script_tool_calls(calls)`: the next completion offering tools asks to call them instead of answering text
   (`calls`: `[{"name": ..., "arguments": {...}}]`), as an OpenAI model with function calling does;
 - `fail_next(n, status, retry_after=None)`: the next n completions fail with that HTTP status
   (and a `Retry-After` header when `retry_after` is given);
@@ -93,7 +93,8 @@ class FakeLLM:
             self._scripted.extend(replies)
 
     def script_tool_calls(self, calls: list[dict[str, Any]], content: str = "") -> None:
-        """The next completion answers with these tool calls (name + arguments) and `content`."""
+        """The next completion that offers tools answers with these tool calls (name + arguments)
+        and `content`."""
         reply = ToolCalls([{"name": c["name"], "arguments": c.get("arguments", {})} for c in calls], content)
         with self._lock:
             self._scripted.append(reply)  # type: ignore[arg-type]
@@ -130,7 +131,9 @@ class FakeLLM:
             if self._garbage:
                 self._garbage -= 1
                 return 200, GARBAGE, None
-            if self._scripted:
+            # A model only calls tools it was offered: a scripted tool call waits for a request
+            # with `tools` (background jobs on the same connection offer none).
+            if self._scripted and (not isinstance(self._scripted[0], ToolCalls) or body.get("tools")):
                 return 200, self._scripted.popleft(), None
         return 200, self.responder(body), None
 
