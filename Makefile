@@ -35,8 +35,10 @@ test-python: setup
 test-node: node_modules/.installed
 	@if command -v node >/dev/null; then node --test tests/extension/; fi
 
+# A real browser and SillyTavern on 2 cores: a test that fails is run once more, and the rerun is
+# reported (`R` in the progress line, "rerun" in the summary); one that fails twice fails the run.
 test-e2e: setup
-	$(PY) -m pytest -q tests/e2e
+	$(PY) -m pytest -q --reruns 1 -rR tests/e2e
 
 bench: setup
 	$(PY) bench/for_turn.py

@@ -51,10 +51,15 @@ def tools_on(st: STPage, sidecar: Sidecar):
     """Function calling switched on for this test (SillyTavern saves its settings on its own, so it
     is switched off and saved again afterwards), the sidecar configured."""
     configure_chronicler(st, sidecarUrl=sidecar.url, token=sidecar.token)
-    st.evaluate("() => { SillyTavern.getContext().chatCompletionSettings.function_calling = true; }")
+    # SillyTavern's default model context: with a small one (an earlier test's, kept by its
+    # autosave) SillyTavern's own history fitting can leave the tool result out of the follow-up.
+    original = st.evaluate("() => { const s = SillyTavern.getContext().chatCompletionSettings;"
+                           " const n = s.openai_max_context; s.openai_max_context = 4095;"
+                           " s.function_calling = true; return n; }")
     assert st.evaluate("() => SillyTavern.getContext().isToolCallingSupported()") is True
     yield st
-    st.evaluate("() => { SillyTavern.getContext().chatCompletionSettings.function_calling = false; }")
+    st.evaluate("n => { const s = SillyTavern.getContext().chatCompletionSettings;"
+                " s.function_calling = false; s.openai_max_context = n; }", original)
     save_settings(st)
 
 
