@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -16,26 +15,15 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import REPO_ROOT, STPage, configure_chronicler, save_settings
+from tests.e2e.st import REPO_ROOT, STPage, configure_chronicler, quote_id, save_settings, wait_until
+
+q = quote_id
+
 
 PANEL_SHOTS = REPO_ROOT / "test-artifacts" / "panel"
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 XSS = '<img src=x onerror="window.__chroniclerXss = 1">'
-
-
-def q(value: str) -> str:
-    return urllib.parse.quote(value, safe="")
-
-
-def wait_until(predicate, timeout: float = 15.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # --- the sidecar's side ----------------------------------------------------------------------
@@ -748,6 +736,14 @@ def idle_jobs(sidecar: Sidecar, chat_id: str) -> bool:
     return body["counts"]["pending"] == 0 and body["counts"]["running"] == 0
 
 
+def settled(sidecar: Sidecar, chat_id: str) -> bool:
+    before = summaries_of(sidecar, chat_id)
+    if not idle_jobs(sidecar, chat_id):
+        return False
+    time.sleep(1.0)
+    return idle_jobs(sidecar, chat_id) and summaries_of(sidecar, chat_id) == before
+
+
 def written(body: dict) -> list[dict]:
     return [s for tier in ("recent", "consolidated", "long_term") for s in body[tier] if s.get("text")]
 
@@ -761,8 +757,9 @@ def test_rv3_summaries_tab_shows_covered_messages_edits_and_rebuilds(st: STPage,
         pytest.skip("GET /v1/chats/{id}/summaries is not in this sidecar yet")
     add_chat_messages(st, 64)
     wait_until(lambda: written(summaries_of(sidecar, chat_id)), timeout=90, what="a summary written")
-    # Chunks and 4->1 merges go on in the background: compare the tab with a settled listing.
-    wait_until(lambda: idle_jobs(sidecar, chat_id), timeout=90, what="the chat's jobs done")
+    # Chunks and 4->1 merges go on in the background (the extension's syncs queue more): compare
+    # the tab with a listing that stayed the same for a second with no job pending or running.
+    wait_until(lambda: settled(sidecar, chat_id), timeout=90, what="the chat's summaries settled")
     page = st.page
     open_panel(st, "summaries")
     card = page.locator(".chronicler-tier .chronicler-summary").first
