@@ -23,6 +23,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -188,6 +189,22 @@ def _get(url: str, timeout: float = 2.0) -> int:
     except urllib.error.HTTPError as err:
         return err.code
 
+
+
+def quote_id(value: str) -> str:
+    """An id (chat ids hold spaces and @) percent-encoded for a path."""
+    return urllib.parse.quote(value, safe="")
+
+
+def wait_until(predicate: Any, timeout: float = 15.0, what: str = "condition", interval: float = 0.1) -> Any:
+    """Poll `predicate` until it returns something truthy (returned) or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None) -> None:
     """Wait until `url` answers 200; fail early (with the log's tail) if the process died."""

@@ -4,25 +4,14 @@ CHAT_DELETED), with SillyTavern's own slash commands /renamechat and /delchat.""
 from __future__ import annotations
 
 import time
-import urllib.parse
+from functools import partial
 
 from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import STPage, configure_chronicler
+from tests.e2e.st import STPage, configure_chronicler, quote_id, wait_until
 from tests.e2e.test_commands import _run_command
 
-
-def _q(value: str) -> str:
-    return urllib.parse.quote(value, safe="")
-
-
-def _wait_until(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+_q = quote_id
+_wait_until = partial(wait_until, timeout=20.0, interval=0.2)
 
 
 def _ids(sidecar: Sidecar, chat_id: str) -> list[str] | None:

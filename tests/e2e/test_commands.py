@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import time
-import urllib.parse
+from functools import partial
 
 from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import STPage, configure_chronicler
+from tests.e2e.st import STPage, configure_chronicler, quote_id, wait_until
 
-
-def _q(value: str) -> str:
-    return urllib.parse.quote(value, safe="")
+_q = quote_id
+_wait_for = partial(wait_until, timeout=15.0, interval=0.2)
 
 
 def _run_command(st: STPage, text: str) -> None:
@@ -20,16 +18,6 @@ def _run_command(st: STPage, text: str) -> None:
     box.fill(text)
     st.page.locator("#send_but").click()
     st.page.wait_for_function("() => document.querySelector('#send_textarea').value === ''", timeout=15_000)
-
-
-def _wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_rv9b_slash_remember_saves_pinned_and_global_memories_as_the_person(st: STPage, sidecar: Sidecar) -> None:

@@ -11,33 +11,23 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.parse
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import SillyTavernServer, STPage, configure_chronicler, save_settings
+from tests.e2e.st import STPage, SillyTavernServer, configure_chronicler, quote_id, save_settings, wait_until
 from tests.e2e.test_commands import _run_command
 from tests.fakellm import FakeLLM, default_reply
 
+_q = quote_id
+_wait_until = partial(wait_until, timeout=30.0, interval=0.2)
+
+
 FULL = "The traveller woke in Seraphina's glade, asked about the watchtower and agreed to rest."
 SHORT = "The traveller recovered in the glade and asked about the watchtower."
-
-
-def _q(value: str) -> str:
-    return urllib.parse.quote(value, safe="")
-
-
-def _wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _system(body: dict) -> str:

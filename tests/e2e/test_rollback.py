@@ -4,16 +4,14 @@ sidecar's API (tools come with phase 2), tagged with the turn id the extension g
 
 from __future__ import annotations
 
-import time
-import urllib.parse
+from functools import partial
 
 from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import STPage, configure_chronicler
+from tests.e2e.st import STPage, configure_chronicler, quote_id, wait_until
 from tests.fakellm import FakeLLM
 
-
-def _q(value: str) -> str:
-    return urllib.parse.quote(value, safe="")
+_q = quote_id
+_wait_until = partial(wait_until, timeout=10.0, interval=0.1)
 
 
 def _memory_ids(sidecar: Sidecar, character_id: str) -> set[str]:
@@ -30,15 +28,6 @@ def _save(sidecar: Sidecar, text: str, character_id: str, chat_id: str, turn_id:
     })
     assert status == 201, body
     return body["memory"]["id"]
-
-
-def _wait_until(predicate, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _last(st: STPage) -> dict:

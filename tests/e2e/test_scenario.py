@@ -6,34 +6,23 @@ reason (the extension then fails open, which test_smoke covers)."""
 
 from __future__ import annotations
 
-import time
-import urllib.parse
+from functools import partial
 from typing import Any, Iterator
 
 import pytest
 
 from tests.e2e.conftest import GROUP_NAME
 from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import STPage, configure_chronicler, save_settings
+from tests.e2e.st import STPage, configure_chronicler, quote_id, save_settings, wait_until
 from tests.fakellm import FakeLLM
+
+_q = quote_id
+_wait_until = partial(wait_until, timeout=20.0, interval=0.1)
+
 
 FILLER = ("We walk on between the tall pines while the light fades, talking about the road ahead, the "
           "weather in the hills, the price of bread in the valley towns and the songs the millers sing "
           "when the river is high and the wheels turn all night long.")
-
-
-def _q(value: str) -> str:
-    return urllib.parse.quote(value, safe="")
-
-
-def _wait_until(predicate, timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def prompt_text(body: dict) -> str:

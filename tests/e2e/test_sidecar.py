@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import time
 import urllib.parse
+from functools import partial
 
 from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import STPage, configure_chronicler
+from tests.e2e.st import STPage, configure_chronicler, wait_until
 
-
-def _wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+_wait_for = partial(wait_until, timeout=15.0, interval=0.2)
 
 
 def test_rv17_test_connection_reports_reachable_sidecar_and_accepted_token(st: STPage, sidecar: Sidecar) -> None:

@@ -8,28 +8,16 @@ reply follows. The memory the tool saved carries the reply's turn id, so a swipe
 from __future__ import annotations
 
 import json
-import time
-import urllib.parse
+from functools import partial
 
 import pytest
 
 from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import STPage, configure_chronicler, save_settings
+from tests.e2e.st import STPage, configure_chronicler, quote_id, save_settings, wait_until
 from tests.fakellm import FakeLLM
 
-
-def _q(value: str) -> str:
-    return urllib.parse.quote(value, safe="")
-
-
-def _wait_until(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+_q = quote_id
+_wait_until = partial(wait_until, timeout=15.0, interval=0.1)
 
 
 def _memories(sidecar: Sidecar, character_id: str) -> list[dict]:
