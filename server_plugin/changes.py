@@ -2,7 +2,8 @@
 
 Migration m004's SQL triggers bump a counter on every insert, update or delete of its tables,
 whoever writes (a route, a job, an import, a direct SQL fix): `lore`, `characters`, `memories`,
-`chats` (with `chat_members`). A cache keyed by the counters of the tables it read is never
+`chats` (with `chat_members`); m006's: `summaries` (the summaries and the sessions' own
+summaries). A cache keyed by the counters of the tables it read is never
 stale, and — unlike `db.generation`, which every write moves — it survives the writes every
 turn makes to other tables (messages, statistics, jobs).
 """
@@ -19,7 +20,8 @@ def _all(svc: Services) -> dict[str, int]:
 
 
 def counter(svc: Services, name: str) -> int:
-    """The change counter of one table family ('lore', 'characters', 'memories', 'chats')."""
+    """The change counter of one table family ('lore', 'characters', 'memories', 'chats',
+    'summaries')."""
     return _all(svc)[name]
 
 

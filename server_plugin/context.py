@@ -200,7 +200,10 @@ def campaign_notes(svc: Services, chat_id: str) -> list[Item]:
 def story_summary(svc: Services, chat_id: str) -> list[Item]:
     """The latest full session summary, the 5 previous short ones, then the long-term,
     consolidated and recent summaries (SW2, RV3), in sessions.story_summary_parts' order."""
-    return [Item(p["id"], p["text"] or "") for p in sessions.story_summary_parts(svc, chat_id)]
+    def read() -> list[Item]:
+        return [Item(p["id"], p["text"] or "") for p in sessions.story_summary_parts(svc, chat_id)]
+    # Hundreds of sessions' summaries are read again only when one of them changes.
+    return list(svc.cached("context_story_summary", (chat_id, changes.counter(svc, "summaries")), read, size=8))
 
 
 @dataclass(frozen=True)

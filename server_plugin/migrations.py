@@ -422,12 +422,35 @@ def m005_episodes(conn: Connection) -> None:
     """)
 
 
+def m006_summary_counter(conn: Connection) -> None:
+    """A change counter for the Story Summary's tables (read by every context call)."""
+    run_script(conn, """
+    -- The summaries and the finished sessions' summaries: the context keeps the Story Summary
+    -- until one of them changes (context.story_summary). A session's other columns (its last
+    -- message time, moved by every message) do not count.
+    INSERT INTO generations(name, n) VALUES ('summaries', 0);
+    CREATE TRIGGER summaries_gen_insert AFTER INSERT ON summaries
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'summaries'; END;
+    CREATE TRIGGER summaries_gen_update AFTER UPDATE ON summaries
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'summaries'; END;
+    CREATE TRIGGER summaries_gen_delete AFTER DELETE ON summaries
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'summaries'; END;
+    CREATE TRIGGER sessions_gen_insert AFTER INSERT ON sessions
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'summaries'; END;
+    CREATE TRIGGER sessions_gen_update AFTER UPDATE OF chat_id, n, full, short, quotes ON sessions
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'summaries'; END;
+    CREATE TRIGGER sessions_gen_delete AFTER DELETE ON sessions
+        BEGIN UPDATE generations SET n = n + 1 WHERE name = 'summaries'; END;
+    """)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, m001_foundation),
     (2, m002_conversation),
     (3, m003_search),
     (4, m004_lore_and_context),
     (5, m005_episodes),
+    (6, m006_summary_counter),
 ]
 
 

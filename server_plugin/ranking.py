@@ -28,7 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date as _date
 from functools import lru_cache
-from typing import Hashable, Iterable, Mapping, Sequence
+from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 import snowballstemmer
@@ -501,6 +501,9 @@ class TermIndex:
     postings: dict[str, tuple[np.ndarray, np.ndarray]]
     doc_len: np.ndarray
     n_docs: int
+    # term -> (neighbour columns, rows, counts with the neighbours' added): filled by `bm25`;
+    # its owner drops a term when a row holding it gets new neighbours (search.LiveIndex).
+    spread_cache: dict[str, tuple[Any, np.ndarray, np.ndarray]] | None = None
 
     @classmethod
     def build(cls, counts: Sequence[Mapping[str, float]]) -> "TermIndex":
@@ -564,18 +567,45 @@ def bm25(
         df = len(ix) if mask is None else int(mask[ix].sum())
         weight = qtf * idf(df, n_docs) * (bigram_weight if "_" in term else 1.0)
         if cols:
-            # Scatter each holder's count to the rows that have it as a neighbour: the row whose
-            # previous-d is j is j's next-d (column c ^ 1), so each column is a plain gather.
-            acc = np.zeros(n, dtype=np.float64)
-            acc[ix] = tf
-            for col, w in cols:
-                recv = neighbours[ix, col ^ 1]
-                ok = recv >= 0
-                acc[recv[ok]] += w * tf[ok]
-            ix = np.flatnonzero(acc)
-            tf = acc[ix]
+            ix, tf = _spread_cached(index, term, ix, tf, neighbours, cols)  # type: ignore[arg-type]
         scores[ix] += weight * tf * (k1 + 1.0) / (tf + norm[ix])
     return scores
+
+
+def spread(ix: np.ndarray, tf: np.ndarray, neighbours: np.ndarray,
+           cols: Sequence[tuple[int, float]], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A term's rows and counts with each holder's count added to its neighbours at their weight."""
+    # Scatter each holder's count to the rows that have it as a neighbour: the row whose
+    # previous-d is j is j's next-d (column c ^ 1), so each column is a plain gather.
+    acc = np.zeros(n, dtype=np.float64)
+    acc[ix] = tf
+    for col, w in cols:
+        recv = neighbours[ix, col ^ 1]
+        ok = recv >= 0
+        acc[recv[ok]] += w * tf[ok]
+    rows = np.flatnonzero(acc)
+    return rows, acc[rows]
+
+
+def _spread_cached(index: TermIndex, term: str, ix: np.ndarray, tf: np.ndarray,
+                   neighbours: np.ndarray, cols: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """`spread`, kept per term in the index's cache: common words of a long action have
+    thousands of rows, and spreading them is most of a query's BM25 time."""
+    cache = index.spread_cache
+    if cache is None:
+        return spread(ix, tf, neighbours, cols, index.n_docs)
+    key = tuple(cols)
+    found = cache.get(term)
+    if found is not None and found[0] == key:
+        return found[1], found[2]
+    rows, counts = spread(ix, tf, neighbours, cols, index.n_docs)
+    if len(cache) >= SPREAD_CACHE_TERMS:
+        cache.clear()  # a bound, not an LRU: refilling costs one query's worth of spreading
+    cache[term] = (key, rows, counts)
+    return rows, counts
+
+
+SPREAD_CACHE_TERMS = 20_000
 
 
 # ---------------------------------------------------------------------------------------------

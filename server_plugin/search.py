@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import json
 import logging
+import sys
 import threading
 import time
 import weakref
@@ -148,6 +149,10 @@ class LiveIndex:
         self.powner = np.zeros(len(self.pvec), dtype=np.int64)
         self.pn = 0
         self.postings = _Postings()
+        # BM25's neighbour-spread postings per term (ranking.TermIndex.spread_cache); a term is
+        # dropped when a row holding it is added or gets new neighbours, so it is never stale.
+        self.spread_cache: dict[str, Any] = {}
+        self.row_terms: list[tuple[str, ...]] = []
         self.row_of: dict[int, int] = {}
         self.groups: dict[int, list[tuple[float, int, int]]] = {}  # gid -> sorted (pos, doc id, row)
         self.kinds, self.chats, self.owners = _Codes(), _Codes(), _Codes()
@@ -192,6 +197,8 @@ class LiveIndex:
         terms = json.loads(row["terms"])
         a["doc_len"][i] = float(sum(terms.values()))
         self.postings.add(i, terms)
+        self.row_terms.append(tuple(map(sys.intern, terms)))  # one copy of each word
+        self._forget_spread(i)
         self.vectors[i] = vector
         for p in passages:
             self.pvec[self.pn] = p
@@ -224,6 +231,11 @@ class LiveIndex:
             members.pop(at)
             self._relink(members, at - 2, at + 2)
         self.nbr[i] = -1
+        self._forget_spread(i)
+
+    def _forget_spread(self, row: int) -> None:
+        for term in self.row_terms[row]:
+            self.spread_cache.pop(term, None)
 
     def _relink(self, members: list[tuple[float, int, int]], lo: int, hi: int) -> None:
         """Neighbour links and window norms of members[lo:hi] (after an insert or removal)."""
@@ -233,6 +245,7 @@ class LiveIndex:
             self.nbr[row] = [members[j - 1][2] if j >= 1 else -1, members[j + 1][2] if j + 1 < count else -1,
                              members[j - 2][2] if j >= 2 else -1, members[j + 2][2] if j + 2 < count else -1]
             self._norms(np.array([row]))
+            self._forget_spread(row)
 
     def _norms(self, rows: np.ndarray) -> None:
         w1, w2 = (list(self.window_weights) + [0.0, 0.0])[:2]
@@ -251,6 +264,7 @@ class LiveIndex:
         pos = np.where(np.isfinite(self.a["pos"][:n]), self.a["pos"][:n], np.inf)
         gid = np.where(self.a["alive"][:n], self.a["gid"][:n], -1)
         self.nbr[:n] = R.neighbour_index(gid, pos, radius=2)
+        self.spread_cache.clear()
         if n:
             self._norms(np.arange(n))
 
@@ -265,7 +279,8 @@ class LiveIndex:
         """A ranking view of the rows (no copies)."""
         n, a = self.n, self.a
         return R.Corpus(
-            ids=a["doc_id"][:n], terms=R.TermIndex(self.postings, a["doc_len"][:n], n),  # type: ignore[arg-type]
+            ids=a["doc_id"][:n], terms=R.TermIndex(self.postings, a["doc_len"][:n], n,  # type: ignore[arg-type]
+                                                   self.spread_cache),
             vectors=self.vectors[:n], gids=a["gid"][:n], speakers=(), neighbours=self.nbr[:n],
             win1_norm=a["win1"][:n], win2_norm=a["win2"][:n],
             sent_vectors=self.pvec[: self.pn] if self.pn else None,

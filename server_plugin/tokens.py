@@ -7,7 +7,10 @@ default; a person may pick another encoding by name (setting `tokenizer`).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from functools import lru_cache
+from typing import Any
 
 import tiktoken
 
@@ -22,13 +25,21 @@ class TokenCounter:
         self._enc = tiktoken.get_encoding(encoding_name)
         # The same texts (sheets, pinned memories, summaries) are counted every turn.
         self._count = lru_cache(maxsize=cache_size)(self._count_uncached)
+        # The tokens of the heads of the last long texts cut (a story summary is cut every turn,
+        # at a budget that moves with the last action), and the counts of the last cuts made.
+        self._heads: OrderedDict[str, list[int]] = OrderedDict()
+        self._cuts: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
 
     def _count_uncached(self, text: str) -> int:
         return len(self._enc.encode(text, disallowed_special=()))
 
     def count(self, text: str) -> int:
         """Number of tokens of `text` (0 for the empty string)."""
-        return self._count(text) if text else 0
+        if not text:
+            return 0
+        known = self._cuts.get(text)
+        return known if known is not None else self._count(text)
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest prefix of `text` (cut on a token boundary) counting at most `max_tokens`.
@@ -38,16 +49,81 @@ class TokenCounter:
         """
         if max_tokens <= 0 or not text:
             return ""
-        ids = self._enc.encode(text, disallowed_special=())
+        ids = self._head(text, max_tokens)
         if len(ids) <= max_tokens:
             return text
         n = max_tokens
         while n > 0:
-            cut = self._enc.decode(ids[:n]).rstrip("\ufffd")
-            if self.count(cut) <= max_tokens and text.startswith(cut):
-                return cut
+            raw = self._enc.decode_bytes(ids[:n])
+            cut = raw.decode("utf-8", errors="replace").rstrip("\ufffd")
+            if text.startswith(cut):
+                tokens = self._count_cut(cut, ids, n, len(raw))
+                if tokens <= max_tokens:
+                    self._remember(self._cuts, cut, tokens)
+                    return cut
             n -= 1
         return ""
+
+    def _count_cut(self, cut: str, ids: list[int], n: int, n_bytes: int) -> int:
+        """count(cut) for `cut`, the decoding of ids[:n] (n_bytes long) without its broken end.
+
+        Up to its last point where a letter meets a space, the cut encodes as the text does
+        (see `_head`): those are ids[:m]; only the few words after it are encoded again."""
+        end = _safe_end(cut, len(cut) - 1)
+        if not end or len(cut) - end > TAIL_CHARS:
+            return self.count(cut)
+        target, k, size = len(cut[:end].encode("utf-8")), n, n_bytes
+        while size > target and k > 0:
+            k -= 1
+            size -= len(self._enc.decode_single_token_bytes(ids[k]))
+        if size != target:  # a token spans that point (never seen): count it all
+            return self.count(cut)
+        return k + self._count_uncached(cut[end:])
+
+    def _remember(self, cache: OrderedDict, key: str, value: Any) -> None:
+        with self._lock:
+            cache[key] = value
+            cache.move_to_end(key)
+            while len(cache) > RECENT_CUTS:
+                cache.popitem(last=False)
+
+    def _head(self, text: str, max_tokens: int) -> list[int]:
+        """The whole text's tokens, or more than `max_tokens` of its first ones.
+
+        A story summary can hold tens of thousands of tokens and is cut to a few thousand every
+        turn: encoding all of it took most of the assembler's time. A prefix of the text is
+        encoded instead, ended where a letter meets a space: no piece of the encoder's split
+        spans that point (a run of letters stops at a space, and no piece starts with a letter
+        and holds a space), so the prefix's tokens are the whole text's first ones. The prefix
+        doubles until it holds enough of them.
+        """
+        known = self._heads.get(text)
+        if known is not None and len(known) > max_tokens:
+            return known
+        chars = max_tokens * HEAD_CHARS_PER_TOKEN + 64
+        while chars < len(text):
+            end = _safe_end(text, chars)
+            if end:
+                ids = self._enc.encode(text[:end], disallowed_special=())
+                if len(ids) > max_tokens:
+                    self._remember(self._heads, text, ids)
+                    return ids
+            chars *= 2
+        return self._enc.encode(text, disallowed_special=())
+
+
+# English averages about 4 characters a token; starting a little above that rarely needs a second try.
+HEAD_CHARS_PER_TOKEN = 5
+RECENT_CUTS = 8  # long texts whose head tokens, and cuts whose counts, are kept
+TAIL_CHARS = 400  # past this many characters after its last word boundary, a cut is counted whole
+
+
+def _safe_end(text: str, chars: int) -> int:
+    """The last point at or before `chars` where a letter is followed by a space (0: none)."""
+    end = text.rfind(" ", 1, chars + 1)
+    while end > 0 and not text[end - 1].isalpha():
+        end = text.rfind(" ", 1, end)
+    return max(end, 0)
 
 
 @lru_cache(maxsize=8)

@@ -438,6 +438,35 @@ def test_sw2_sw3_story_summary_and_open_notes_reach_the_context(api, services):
     assert "Find the mill." not in json.dumps(out)
 
 
+def test_sw2_story_summary_is_read_again_whenever_a_summary_changes(api, services):
+    """rule SW2: the Story Summary is kept between turns only while its tables are unchanged:
+    any writer's change to a session's summary (here a direct SQL fix) or to the summaries reaches
+    the next context; a session's last-message time (moved by every message) does not count."""
+    from chatkit import drain, setup_chat, turns
+
+    from server_plugin import changes
+
+    setup_chat(api)
+    turns(api, 0, 6)
+    expect_ok(api.post("/v1/chats/c1/sessions/end", json={}))
+    drain(services)
+    first = block(turn(api, speaker="ayla.png", text="Kai looks around.", ctx=8000), "story_summary")
+    assert "The ferry sank at dawn." not in first
+    before = changes.counter(services, "summaries")
+    with services.db.write() as conn:
+        conn.execute("UPDATE sessions SET last_at=last_at WHERE chat_id='c1'")
+    assert changes.counter(services, "summaries") == before
+    with services.db.write() as conn:
+        conn.execute("UPDATE sessions SET full='The ferry sank at dawn.' WHERE chat_id='c1' AND n=1")
+    assert "The ferry sank at dawn." in block(turn(api, speaker="ayla.png", text="Kai waits.", ctx=8000),
+                                              "story_summary")
+    with services.db.write() as conn:
+        conn.execute("DELETE FROM sessions WHERE chat_id='c1'")
+        conn.execute("DELETE FROM summaries WHERE chat_id='c1'")
+    out = turn(api, speaker="ayla.png", text="Kai sits.", ctx=8000)
+    assert section(out, "story_summary")["included"] == []
+
+
 # --- speed helpers must not change results --------------------------------------------------------
 
 WORDY = st.text(alphabet=st.sampled_from(list("ab c-+!?\n")), max_size=12)

@@ -186,6 +186,46 @@ def test_sw6_index_follows_writes_edits_and_deletes_without_rebuilding(quiet, se
     no_orphans(services)
 
 
+def test_sw6_cached_neighbour_counts_follow_new_messages_edits_and_deletes(quiet, services):
+    """rule SW6 (neighbour context): BM25's per-term spread of counts to session neighbours is
+    cached between queries; after new messages beside a holder, an edit and a delete, every
+    score is still the one computed without the cache."""
+    setup_cast(quiet)
+    chat(quiet, "ca", [A, B])
+    say(quiet, "ca", [("1", "kai", "The lantern went out at the harbour."),
+                      ("2", A, "I relit it with my last match."),
+                      ("3", B, "The harbour master saw the lantern."),
+                      ("4", A, "Then the storm came in.")])
+    queries = ["lantern at the harbour", "who relit the lantern", "storm harbour master"]
+
+    def compare() -> None:
+        state = search.state_of(services)
+        with state.lock:
+            live = state.current()
+            corpus = live.corpus()
+            params = search.params_of(services.settings)
+            for q in queries:
+                terms = ranking.prepare_query(q, search.query_cast(services, "ca"),
+                                              np.zeros(search.DIM, np.float32), params).terms
+                cached = ranking.bm25(corpus.terms, terms, neighbours=corpus.neighbours,
+                                      neighbour_weights=params.neighbour_weights)
+                plain = ranking.bm25(replace(corpus.terms, spread_cache=None), terms,
+                                     neighbours=corpus.neighbours,
+                                     neighbour_weights=params.neighbour_weights)
+                assert np.array_equal(cached, plain), q
+            assert live.spread_cache  # the cache was filled and used
+
+    for q in queries:
+        find(quiet, q)
+    compare()
+    compare()  # the second pass reads the cache
+    say(quiet, "ca", [("5", B, "A second lantern burned on the pier."), ("6", A, "Nobody answered.")])
+    say(quiet, "ca", [("2", A, "I relit the lantern with my last match.")])  # an edit
+    expect_ok(quiet.delete("/v1/chats/ca/messages/3"))
+    compare()
+    assert ids(find(quiet, "who relit the lantern"))[0] == "2"
+
+
 def test_rv10_rollback_and_deletes_remove_results_and_vectors(api, services):
     """rules RV10, SW6: a rolled-back turn's memory, a deleted memory and a deleted chat leave no
     result and no vector behind."""

@@ -1,0 +1,50 @@
+"""The token counter's cut (QS3: a section is cut at its end): encoding only a head of a long text
+gives the same cut as encoding all of it."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from server_plugin.tokens import get_counter
+
+PIECES = ["the", "river", "Ayla", "—", "…", "日本語", "😀", "  ", "\n\n", "x" * 40, "1234567",
+          "don't", "«quote»", ",", ".", "É", "\u0301", "'s", "\t", " ", " ", " "]
+
+
+def cut_by_whole_encoding(text: str, max_tokens: int) -> str:
+    """The reference: encode everything, keep the first tokens, shorten until it really fits."""
+    counter = get_counter()
+    ids = counter._enc.encode(text, disallowed_special=())
+    if len(ids) <= max_tokens:
+        return text
+    for n in range(max_tokens, 0, -1):
+        cut = counter._enc.decode(ids[:n]).rstrip("\ufffd")
+        if counter.count(cut) <= max_tokens and text.startswith(cut):
+            return cut
+    return ""
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=600), st.integers(min_value=1, max_value=200))
+def test_qs3_cut_of_a_long_text_equals_the_cut_of_its_whole_encoding(pieces, max_tokens):
+    """rule QS3: `truncate` keeps the same beginning whether it encodes the whole text or a head
+    of it (texts of every script, spacing and punctuation; budgets far below their length)."""
+    text = "".join(pieces)
+    got = get_counter().truncate(text, max_tokens)
+    assert got == cut_by_whole_encoding(text, max_tokens)
+    assert get_counter().count(got) == len(get_counter()._enc.encode(got, disallowed_special=()))
+    assert get_counter().count(got) <= max_tokens
+
+
+def test_qs3_cut_of_a_story_sized_text_keeps_exactly_the_budget():
+    """rule QS3: a 40,000-token summary cut to 3,000 tokens keeps 3,000 tokens of its beginning."""
+    line = "Ayla crossed the river at dawn and said, \"We go now.\" Bren followed her. "
+    text = line * 2500
+    cut = get_counter().truncate(text, 3000)
+    assert text.startswith(cut) and get_counter().count(cut) == 3000
+    assert cut == cut_by_whole_encoding(text, 3000)
+    for budget in (2999, 1000, 17):  # the head kept from the first cut serves smaller budgets
+        smaller = get_counter().truncate(text, budget)
+        assert smaller == cut_by_whole_encoding(text, budget)
+        assert get_counter().count(smaller) == len(get_counter()._enc.encode(smaller)) == budget
