@@ -72,7 +72,8 @@ def build_services(settings: Settings, embedder: Embedder | None = None,
     db = Database(settings.data_path / settings.db_file, settings.busy_timeout_ms,
                   settings.sqlite_synchronous, settings.max_page_count)
     migrations.migrate(db)
-    embedder = embedder or Embedder(settings.embedding_model, threads=settings.embed_threads)
+    embedder = embedder or Embedder(settings.embedding_model, threads=settings.embed_threads,
+                                    background_chunk=settings.embed_background_chunk)
     embedder.start_loading()
     return Services(settings, db, embedder, get_counter(settings.tokenizer), clock or Clock())
 

