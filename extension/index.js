@@ -12,7 +12,7 @@ import { installPanel } from './src/panel/panel.js';
 import { bindSettingsPanel } from './src/settings_panel.js';
 import { INSTALL_CONFIG_FILE, SETTINGS_KEY, fromInstallConfig, withDefaults } from './src/settings.js';
 import { ChatSync, chatMembers, speakerOf, stampTurn, swipePending } from './src/sync.js';
-import { cachedCounter, standingText } from './src/reserve.js';
+import { TightBudgetNotice, cachedCounter, standingText } from './src/reserve.js';
 import { registerTools } from './src/tools.js';
 import { JobWorker } from './src/worker.js';
 
@@ -112,6 +112,8 @@ globalThis.chroniclerInterceptor = createInterceptor({
     stats: state.stats,
     features,
     standingTokens: c => countStanding(standingText(c)),
+    tightBudget: new TightBudgetNotice(),
+    notifyTightBudget: message => toast('warning', message, { timeOut: 10000 }),
 });
 globalThis.chronicler = state;
 

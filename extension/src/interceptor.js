@@ -127,6 +127,8 @@ export class RingBuffer {
  *   stats: {timings: RingBuffer, lastReport: any, lastError: any, lastTrimmed: number},
  *   features?: {known: Record<string, boolean|undefined>, note: (name: string, exists: boolean) => void},
  *   standingTokens?: (ctx: any) => Promise<number>,
+ *   tightBudget?: import('./reserve.js').TightBudgetNotice,
+ *   notifyTightBudget?: (message: string) => void,
  * }} deps
  */
 export function createInterceptor(deps) {
@@ -162,9 +164,14 @@ export function createInterceptor(deps) {
             const { activeMemberIds, isGroup } = chatMembers(ctx);
             // SillyTavern's own card, persona and system prompt take their part of contextSize first.
             const standing = (await deps.standingTokens?.(ctx)) ?? 0;
+            const budget = sidecarBudget(contextSize, standing, settings.promptOverheadTokens);
+            const tight = deps.tightBudget?.check(chatId, {
+                contextSize, standing, budget, minimum: settings.minMemoryBudgetTokens ?? 0,
+            });
+            if (tight) deps.notifyTightBudget?.(tight);
             const body = contextRequest({
                 chatId, speakerId, presentIds: isGroup ? activeMemberIds : [speakerId],
-                contextSize: sidecarBudget(contextSize, standing, settings.promptOverheadTokens),
+                contextSize: budget,
                 type, chat, memoryBank: settings.memoryBank !== false,
             });
             deps.stats.lastRequest = body;

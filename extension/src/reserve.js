@@ -69,6 +69,35 @@ export function sidecarBudget(contextSize, standingTokens, overheadTokens) {
 }
 
 /**
+ * Tells once per chat when SillyTavern's own prompt leaves Chronicler almost nothing: with a small
+ * model context the card, persona and system prompt can take nearly all of it, and the memory the
+ * user counts on silently stops reaching the model. Told again only after the budget recovered.
+ */
+export class TightBudgetNotice {
+    constructor() {
+        /** @type {Set<string>} chats told about while their budget stays tight */
+        this.told = new Set();
+    }
+
+    /**
+     * @param {string} chatId
+     * @param {{contextSize: number, standing: number, budget: number, minimum: number}} sizes
+     * @returns {string|null} the warning to show now, or null
+     */
+    check(chatId, { contextSize, standing, budget, minimum }) {
+        if (budget >= minimum) {
+            this.told.delete(chatId);
+            return null;
+        }
+        if (this.told.has(chatId)) return null;
+        this.told.add(chatId);
+        return `Chronicler has only ${budget} tokens for memory in this chat: SillyTavern's own card, `
+            + `persona and system prompt take about ${standing} of the model's ${contextSize}-token context. `
+            + 'Pinned memories and summaries may not reach the model; raise the context size or shorten the card.';
+    }
+}
+
+/**
  * `promise`'s value, or `fallback` when it rejects or takes longer than `ms` (a tokenizer that
  * asks the server must not hold up the generation).
  *

@@ -21,6 +21,9 @@ export const DEFAULTS = Object.freeze({
     // Left out of the sidecar's budget besides SillyTavern's own card, persona and system prompt
     // (counted every turn): message framing, names and separators SillyTavern adds.
     promptOverheadTokens: 100,
+    // Below this many tokens left for memory, the user is warned (once per chat) that SillyTavern's
+    // own prompt takes nearly all of the model's context.
+    minMemoryBudgetTokens: 400,
     // Of that time, how long to wait first for a swipe's rollback (and deletes, a chat's registration).
     syncWaitMs: 750,
     // Every other call to the sidecar (sync, rollback, health).
@@ -64,6 +67,7 @@ export function withDefaults(stored) {
     if (!Number.isFinite(out.syncWaitMs) || out.syncWaitMs < 0) out.syncWaitMs = DEFAULTS.syncWaitMs;
     if (!Number.isFinite(out.requestTimeoutMs) || out.requestTimeoutMs <= 0) out.requestTimeoutMs = DEFAULTS.requestTimeoutMs;
     if (!Number.isFinite(out.promptOverheadTokens) || out.promptOverheadTokens < 0) out.promptOverheadTokens = DEFAULTS.promptOverheadTokens;
+    if (!Number.isFinite(out.minMemoryBudgetTokens) || out.minMemoryBudgetTokens < 0) out.minMemoryBudgetTokens = DEFAULTS.minMemoryBudgetTokens;
     if (!Number.isInteger(out.syncBatchSize) || out.syncBatchSize <= 0) out.syncBatchSize = DEFAULTS.syncBatchSize;
     if (!['sidecar', 'sillytavern'].includes(out.llmMode)) out.llmMode = DEFAULTS.llmMode;
     if (!Number.isInteger(out.recallResults) || out.recallResults < 1 || out.recallResults > 50) out.recallResults = DEFAULTS.recallResults;

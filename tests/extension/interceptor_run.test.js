@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 
 import { SidecarError } from '../../extension/src/client.js';
 import { RingBuffer, createInterceptor } from '../../extension/src/interceptor.js';
+import { TightBudgetNotice } from '../../extension/src/reserve.js';
 import { ID_KEY } from '../../extension/src/sync.js';
 
 function msg(id, user = false) {
@@ -107,4 +108,19 @@ test('qs1: the sidecar is asked for the context size minus SillyTavern\'s own st
     delete s.deps.standingTokens; // an interceptor built without a counter asks for all of it but the overhead
     await s.run([...s.stored], 4000, () => {}, 'normal');
     assert.equal(s.calls[1][0].context_tokens, 3900);
+});
+
+test('qs1: when SillyTavern\'s own prompt leaves less than the minimum, the user is warned once and the call still goes', async () => {
+    const s = setup({ answer: { blocks: [], live_message_ids: [] }, settings: { promptOverheadTokens: 100, minMemoryBudgetTokens: 400 } });
+    const told = [];
+    s.deps.standingTokens = async () => 1000;
+    s.deps.tightBudget = new TightBudgetNotice();
+    s.deps.notifyTightBudget = message => told.push(message);
+    await s.run([...s.stored], 1300, () => {}, 'normal');
+    await s.run([...s.stored], 1300, () => {}, 'normal');
+    assert.equal(told.length, 1);
+    assert.match(told[0], /only 200 tokens/);
+    assert.deepEqual(s.calls.map(([body]) => body.context_tokens), [200, 200]);
+    await s.run([...s.stored], 8000, () => {}, 'normal');
+    assert.equal(told.length, 1, 'a roomy context says nothing');
 });

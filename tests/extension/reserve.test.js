@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { cachedCounter, roughTokens, sidecarBudget, standingText, withDeadline } from '../../extension/src/reserve.js';
+import { TightBudgetNotice, cachedCounter, roughTokens, sidecarBudget, standingText, withDeadline } from '../../extension/src/reserve.js';
 
 const card = {
     system: 'Be Seraphina.', description: 'A guardian of the glade.', personality: 'Kind.',
@@ -58,4 +58,17 @@ test('withDeadline: the value in time, the fallback after the deadline or on rej
     assert.equal(await withDeadline(Promise.resolve(5), 50, 0), 5);
     assert.equal(await withDeadline(new Promise(resolve => setTimeout(() => resolve(5), 100)), 10, 0), 0);
     assert.equal(await withDeadline(Promise.reject(new Error('x')), 50, 7), 7);
+});
+
+test('qs1: a budget below the minimum is told once per chat, and again only after it recovered', () => {
+    const notice = new TightBudgetNotice();
+    const tight = { contextSize: 1200, standing: 1000, budget: 100, minimum: 400 };
+    const first = notice.check('chat-a', tight);
+    assert.match(first, /only 100 tokens/);
+    assert.match(first, /about 1000 of the model's 1200-token context/);
+    assert.equal(notice.check('chat-a', tight), null, 'not on every turn');
+    assert.ok(notice.check('chat-b', tight), 'another chat is news');
+    assert.equal(notice.check('chat-a', { ...tight, budget: 400 }), null, 'enough again');
+    assert.ok(notice.check('chat-a', tight), 'tight again after it recovered');
+    assert.equal(new TightBudgetNotice().check('c', { ...tight, minimum: 0 }), null, 'minimum 0 never warns');
 });
