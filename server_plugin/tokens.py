@@ -70,7 +70,7 @@ class TokenCounter:
         Up to its last point where a letter meets a space, the cut encodes as the text does
         (see `_head`): those are ids[:m]; only the few words after it are encoded again."""
         end = _safe_end(cut, len(cut) - 1)
-        if not end or len(cut) - end > TAIL_CHARS:
+        if not end:
             return self.count(cut)
         target, k, size = len(cut[:end].encode("utf-8")), n, n_bytes
         while size > target and k > 0:
@@ -115,14 +115,16 @@ class TokenCounter:
 # English averages about 4 characters a token; starting a little above that rarely needs a second try.
 HEAD_CHARS_PER_TOKEN = 5
 RECENT_CUTS = 8  # long texts whose head tokens, and cuts whose counts, are kept
-TAIL_CHARS = 400  # past this many characters after its last word boundary, a cut is counted whole
+TAIL_CHARS = 400  # how far back a word boundary is looked for (none: encode more, or count whole)
 
 
 def _safe_end(text: str, chars: int) -> int:
-    """The last point at or before `chars` where a letter is followed by a space (0: none)."""
-    end = text.rfind(" ", 1, chars + 1)
+    """The last point at or before `chars`, and at most TAIL_CHARS before it, where a letter is
+    followed by a space (0: none there)."""
+    lo = max(1, chars - TAIL_CHARS)
+    end = text.rfind(" ", lo, chars + 1)
     while end > 0 and not text[end - 1].isalpha():
-        end = text.rfind(" ", 1, end)
+        end = text.rfind(" ", lo, end)
     return max(end, 0)
 
 
