@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import Any, Callable
 
 from flask import Flask
 from flask_cors import CORS
 from werkzeug.exceptions import HTTPException
 
-from . import api, conversation, episodes, jobs, migrations, search, sheet_updates  # noqa: F401  (they register the job kinds)
+from . import api, conversation, episodes, jobs, migrations, priority, search, sheet_updates  # noqa: F401  (they register the job kinds)
 from .api.common import EXTENSION_KEY
 from .clock import Clock
 from .db import Database, StorageFull, StorageUnavailable
@@ -73,9 +73,18 @@ def build_services(settings: Settings, embedder: Embedder | None = None,
                   settings.sqlite_synchronous, settings.max_page_count)
     migrations.migrate(db)
     embedder = embedder or Embedder(settings.embedding_model, threads=settings.embed_threads,
-                                    background_chunk=settings.embed_background_chunk)
+                                    background_chunk=settings.embed_background_chunk,
+                                    step_aside_seconds=settings.background_step_aside_seconds)
     embedder.start_loading()
     return Services(settings, db, embedder, get_counter(settings.tokenizer), clock or Clock())
+
+
+def _counted(wsgi_app: Callable[..., Any]) -> Callable[..., Any]:
+    """The app counting its requests in flight: background work steps aside meanwhile (priority)."""
+    def counted(environ: dict, start_response: Callable[..., Any]) -> Any:
+        with priority.serving():
+            return wsgi_app(environ, start_response)
+    return counted
 
 
 def create_app(settings: Settings, *, services: Services | None = None) -> Flask:
@@ -101,6 +110,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
     install(app, guard)
     _install_error_envelope(app)
     api.register(app)
+    app.wsgi_app = _counted(app.wsgi_app)  # type: ignore[method-assign]
     app.extensions["chronicler_worker"] = jobs.start(services)
     search.start(services)  # builds the in-memory search index in the background
     return app

@@ -18,6 +18,8 @@ from typing import Any, Callable, Iterator
 
 import sqlite_vec
 
+from . import priority
+
 
 def _pick_sqlite_module() -> Any:
     """The stdlib sqlite3 where it can load extensions, else pysqlite3 (same DB-API)."""
@@ -114,7 +116,7 @@ class Database:
         transaction): for soft state such as usage statistics, which a power cut may lose but
         never corrupt (WAL keeps it consistent); the next durable commit syncs it too.
         """
-        with self._write_lock:
+        with self._write_lock, priority.writing():  # background work does not step aside holding it
             depth = getattr(self._local, "write_depth", 0)
             if depth:
                 self._local.write_depth = depth + 1

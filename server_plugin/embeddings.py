@@ -16,6 +16,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from . import priority
+
 # Before torch/numpy start their thread pools: two pools on two cores fight (24 ms vs 12 ms a query).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -83,7 +85,7 @@ class Embedder:
     """Loads the model in the background; embeds texts into unit-length float32 vectors."""
 
     def __init__(self, model_path: str = "", dim: int = 384, cache_size: int = 4096,
-                 threads: int = 1, background_chunk: int = 8) -> None:
+                 threads: int = 1, background_chunk: int = 8, step_aside_seconds: float = 1.0) -> None:
         self.model_path = model_path
         self.threads = max(1, threads)
         self.model_name = os.path.basename(model_path.rstrip("/")) if model_path else PACKAGED_MODEL_NAME
@@ -97,6 +99,7 @@ class Embedder:
         # One encode at a time (2 cores, no gain from more), requests before background chunks.
         self._turns = _Turns()
         self.background_chunk = max(1, background_chunk)
+        self.step_aside_seconds = step_aside_seconds
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_lock = threading.Lock()
         self.cache_size = cache_size
@@ -165,6 +168,8 @@ class Embedder:
         step = max(1, len(missing)) if request else self.background_chunk
         for start in range(0, len(missing), step):
             chunk = missing[start:start + step]
+            if not request:
+                priority.step_aside(self.step_aside_seconds)
             with self._turns.hold(request):
                 fresh = self._model.encode(chunk, batch_size=32, normalize_embeddings=True,
                                            convert_to_numpy=True, show_progress_bar=False)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
-from . import embeddings, llm, prompts
+from . import embeddings, llm, priority, prompts
 from .clock import parse_iso, to_iso
 from .db import Connection, dumps, loads, sqlite3
 from .errors import Conflict, NotFound, Unprocessable
@@ -487,6 +487,7 @@ class Worker:
         poll = float(self.svc.settings.worker_poll_seconds)
         while not self._stop.is_set():
             self.svc.jobs_wake.clear()
+            priority.step_aside(float(self.svc.settings.background_step_aside_seconds))
             try:
                 if run_one(self.svc) is not None:
                     continue

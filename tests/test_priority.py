@@ -1,0 +1,83 @@
+"""Requests first (issue 5: the context call must stay fast while background jobs run): the API
+counts the requests in flight and background work steps aside between its steps."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from server_plugin import embeddings, jobs, priority
+from server_plugin.app import _counted
+
+
+def test_background_work_waits_for_the_request_in_flight():
+    """A background step waits until the request in flight is answered, then goes on."""
+    done: list[str] = []
+    entered, release = threading.Event(), threading.Event()
+
+    def request() -> None:
+        with priority.serving():
+            entered.set()
+            release.wait(10)
+            done.append("request")
+
+    def background_step() -> None:
+        priority.step_aside(30)
+        done.append("job step")
+
+    answering = threading.Thread(target=request)
+    answering.start()
+    assert entered.wait(10)
+    stepping = threading.Thread(target=background_step)
+    stepping.start()
+    stepping.join(0.3)
+    assert done == [] and priority.in_flight() == 1  # still waiting for the request
+    release.set()
+    answering.join(10)
+    stepping.join(10)
+    assert done == ["request", "job step"] and priority.in_flight() == 0
+
+
+def test_step_aside_is_bounded_and_never_waits_holding_the_write_lock(services):
+    """A steady stream of requests cannot starve the jobs (the wait has a bound), and a thread
+    holding the write lock never waits (a request may be waiting for that lock)."""
+    with priority.serving():
+        started = time.monotonic()
+        waited = priority.step_aside(0.2)
+        assert 0.15 <= waited and time.monotonic() - started < 5
+        with services.db.write():
+            assert priority.step_aside(30) == 0.0
+        assert priority.step_aside(0) == 0.0
+
+
+def test_the_app_counts_each_request_while_it_is_answered(app):
+    """Every request through the app counts as in flight until its answer is ready."""
+    seen: list[int] = []
+
+    def inner(environ, start_response):
+        seen.append(priority.in_flight())
+        return [b"ok"]
+
+    assert _counted(inner)({}, lambda *a: None) == [b"ok"]
+    assert seen == [1] and priority.in_flight() == 0
+    assert app.wsgi_app.__name__ == "counted"
+
+
+def test_the_worker_and_background_embedding_step_aside_before_each_step(services, embedder, monkeypatch):
+    """The job worker steps aside before each job, and background embedding before each chunk."""
+    calls: list[float] = []
+    monkeypatch.setattr(priority, "step_aside", lambda max_wait: calls.append(max_wait) or 0.0)
+    with embeddings.background():
+        embedder.embed([f"step aside text {i}" for i in range(2 * embedder.background_chunk)])
+    assert len(calls) == 2
+    embedder.embed(["a request's own text is embedded at once"])
+    assert len(calls) == 2
+    worker = jobs.Worker(services)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(calls) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        worker.stop()
+    assert calls[2] == float(services.settings.background_step_aside_seconds)
