@@ -21,13 +21,14 @@ from typing import Iterator
 
 _cond = threading.Condition()
 _in_flight = 0
+_quiet = 0  # how many times the requests in flight fell to none
 _thread = threading.local()
 
 
 @contextmanager
 def serving() -> Iterator[None]:
     """Count one request in flight for as long as it is being answered."""
-    global _in_flight
+    global _in_flight, _quiet
     with _cond:
         _in_flight += 1
     try:
@@ -36,6 +37,7 @@ def serving() -> Iterator[None]:
         with _cond:
             _in_flight -= 1
             if not _in_flight:
+                _quiet += 1
                 _cond.notify_all()
 
 
@@ -55,13 +57,17 @@ def in_flight() -> int:
 
 
 def step_aside(max_wait: float) -> float:
-    """Wait while requests are in flight, at most `max_wait` s; returns the seconds waited."""
+    """Wait until no request is in flight, at most `max_wait` s; returns the seconds waited.
+
+    One moment without requests is enough: a client sending requests back to back leaves such
+    moments between them, and the next request starting at once must not make this wait again."""
     if max_wait <= 0 or getattr(_thread, "writing", 0):
         return 0.0
     started = time.monotonic()
     deadline = started + max_wait
     with _cond:
-        while _in_flight:
+        seen = _quiet
+        while _in_flight and _quiet == seen:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
