@@ -21,14 +21,13 @@ from typing import Iterator
 
 _cond = threading.Condition()
 _in_flight = 0
-_quiet = 0  # how many times the requests in flight fell to none
 _thread = threading.local()
 
 
 @contextmanager
 def serving() -> Iterator[None]:
     """Count one request in flight for as long as it is being answered."""
-    global _in_flight, _quiet
+    global _in_flight
     with _cond:
         _in_flight += 1
     try:
@@ -37,7 +36,6 @@ def serving() -> Iterator[None]:
         with _cond:
             _in_flight -= 1
             if not _in_flight:
-                _quiet += 1
                 _cond.notify_all()
 
 
@@ -57,17 +55,17 @@ def in_flight() -> int:
 
 
 def step_aside(max_wait: float) -> float:
-    """Wait until no request is in flight, at most `max_wait` s; returns the seconds waited.
+    """Wait while requests are in flight, at most `max_wait` s; returns the seconds waited.
 
-    One moment without requests is enough: a client sending requests back to back leaves such
-    moments between them, and the next request starting at once must not make this wait again."""
+    It waits for no request at all, not for a moment between two: a turn is a burst (the
+    messages' sync, then the context call right after it), and a job started in the gap between
+    them would compete with the context call. The bound keeps a steady stream from starving jobs."""
     if max_wait <= 0 or getattr(_thread, "writing", 0):
         return 0.0
     started = time.monotonic()
     deadline = started + max_wait
     with _cond:
-        seen = _quiet
-        while _in_flight and _quiet == seen:
+        while _in_flight:
             left = deadline - time.monotonic()
             if left <= 0:
                 break

@@ -81,16 +81,3 @@ def test_the_worker_and_background_embedding_step_aside_before_each_step(service
     finally:
         worker.stop()
     assert calls[2] == float(services.settings.background_step_aside_seconds)
-
-
-def test_one_moment_without_requests_lets_background_work_go_on():
-    """Requests back to back leave a moment with none in flight between them: that moment is
-    enough, even if the next request has already started when the background thread wakes."""
-    steps: list[float] = []
-    with priority.serving():
-        stepping = threading.Thread(target=lambda: steps.append(priority.step_aside(30)))
-        stepping.start()
-        time.sleep(0.1)
-    with priority.serving():  # the next request, at once
-        stepping.join(10)
-    assert len(steps) == 1 and steps[0] < 10
