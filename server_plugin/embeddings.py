@@ -33,21 +33,6 @@ class EmbedderNotReady(Exception):
     """The model has not finished loading (or failed to load)."""
 
 
-_thread = threading.local()
-
-
-@contextmanager
-def background() -> Iterator[None]:
-    """Mark this thread's embeddings as background work (the job worker, the search index's
-    upkeep): they go in small chunks and let a request's embedding go first."""
-    before = getattr(_thread, "background", False)
-    _thread.background = True
-    try:
-        yield
-    finally:
-        _thread.background = before
-
-
 class _Turns:
     """The one encoder's turns, requests first: a request never waits behind more than one
     background chunk (a session-end job embeds hundreds of texts; a turn's query is one)."""
@@ -164,7 +149,7 @@ class Embedder:
                     self._cache.move_to_end(text)
                     found[text] = self._cache[text]
         missing = list(dict.fromkeys(t for t in texts if t not in found))
-        request = not getattr(_thread, "background", False)
+        request = not priority.is_background()  # background work: in chunks, requests first
         step = max(1, len(missing)) if request else self.background_chunk
         for start in range(0, len(missing), step):
             chunk = missing[start:start + step]

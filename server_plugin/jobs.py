@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
-from . import embeddings, llm, priority, prompts
+from . import llm, priority, prompts
 from .clock import parse_iso, to_iso
 from .db import Connection, dumps, loads, sqlite3
 from .errors import Conflict, NotFound, Unprocessable
@@ -480,7 +480,7 @@ class Worker:
         return self._thread.is_alive()
 
     def _loop(self) -> None:
-        with embeddings.background():  # a request's query embedding goes before a job's
+        with priority.background():  # a request's query embedding goes before a job's
             self._run()
 
     def _run(self) -> None:

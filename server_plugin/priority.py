@@ -49,6 +49,23 @@ def writing() -> Iterator[None]:
         _thread.writing -= 1
 
 
+@contextmanager
+def background() -> Iterator[None]:
+    """Mark this thread as background work (the job worker, the search index's upkeep): its
+    embeddings go in chunks, after any request's (embeddings.Embedder)."""
+    before = getattr(_thread, "background", False)
+    _thread.background = True
+    try:
+        yield
+    finally:
+        _thread.background = before
+
+
+def is_background() -> bool:
+    """Whether this thread is background work."""
+    return getattr(_thread, "background", False)
+
+
 def in_flight() -> int:
     """Requests being answered now."""
     return _in_flight

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from . import embeddings, index, ranking as R, visibility
+from . import index, priority, ranking as R, visibility
 from .db import Database, loads
 from .errors import ServiceUnavailable
 from .services import Services
@@ -498,7 +498,7 @@ class SearchState:
 
 
 def _loop(ref: "weakref.ref[SearchState]") -> None:
-    with embeddings.background():  # re-embedding after a rename yields to requests
+    with priority.background():  # re-embedding after a rename yields to requests
         _maintain_until_closed(ref)
 
 

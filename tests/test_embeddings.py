@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from server_plugin import embeddings
+from server_plugin import priority
 
 
 def test_a_request_embedding_goes_before_the_rest_of_a_background_batch(embedder):
@@ -24,7 +24,7 @@ def test_a_request_embedding_goes_before_the_rest_of_a_background_batch(embedder
         return real_encode(chunk, *args, **kwargs)
 
     def job() -> None:
-        with embeddings.background():
+        with priority.background():
             embedder.embed(texts)
         order.append("background batch")
 
@@ -45,7 +45,7 @@ def test_a_request_embedding_goes_before_the_rest_of_a_background_batch(embedder
 def test_background_chunks_give_the_same_vectors_as_one_batch(embedder):
     """Embedding in chunks changes nothing in the vectors (each text is embedded alone)."""
     texts = [f"Chunked text number {i}: the ferry left at dawn." for i in range(20)]
-    with embeddings.background():
+    with priority.background():
         chunked = embedder.embed(texts)
     embedder._cache.clear()
     whole = embedder.embed(texts)
@@ -53,12 +53,12 @@ def test_background_chunks_give_the_same_vectors_as_one_batch(embedder):
 
 
 def test_background_marks_only_its_own_thread():
-    """`background()` is per thread and restores what it found."""
+    """`priority.background()` is per thread and restores what it found."""
     seen: list[bool] = []
-    with embeddings.background():
-        other = threading.Thread(target=lambda: seen.append(getattr(embeddings._thread, "background", False)))
+    with priority.background():
+        other = threading.Thread(target=lambda: seen.append(priority.is_background()))
         other.start()
         other.join()
-        assert embeddings._thread.background is True
-    assert embeddings._thread.background is False
+        assert priority.is_background() is True
+    assert priority.is_background() is False
     assert seen == [False]

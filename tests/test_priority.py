@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from server_plugin import embeddings, jobs, priority
+from server_plugin import jobs, priority
 from server_plugin.app import _counted
 
 
@@ -67,7 +67,7 @@ def test_the_worker_and_background_embedding_step_aside_before_each_step(service
     """The job worker steps aside before each job, and background embedding before each chunk."""
     calls: list[float] = []
     monkeypatch.setattr(priority, "step_aside", lambda max_wait: calls.append(max_wait) or 0.0)
-    with embeddings.background():
+    with priority.background():
         embedder.embed([f"step aside text {i}" for i in range(2 * embedder.background_chunk)])
     assert len(calls) == 2
     embedder.embed(["a request's own text is embedded at once"])
