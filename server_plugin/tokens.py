@@ -32,6 +32,12 @@ class TokenCounter:
         self._lock = threading.Lock()
 
     def _count_uncached(self, text: str) -> int:
+        if len(text) > SEGMENT_CHARS:
+            # A long text (a story summary) changes a line at a time: its lines' pieces are counted
+            # (and kept) apart, so only a changed line is encoded again.
+            parts = _segments(text)
+            if len(parts) > 1:
+                return sum(self._count(part) for part in parts)
         return len(self._enc.encode(text, disallowed_special=()))
 
     def count(self, text: str) -> int:
@@ -116,6 +122,28 @@ class TokenCounter:
 HEAD_CHARS_PER_TOKEN = 5
 RECENT_CUTS = 8  # long texts whose head tokens, and cuts whose counts, are kept
 TAIL_CHARS = 400  # how far back a word boundary is looked for (none: encode more, or count whole)
+
+
+SEGMENT_CHARS = 4000  # longer texts are counted line by line
+
+
+def _segments(text: str) -> list[str]:
+    """`text` split after the first word of each line, where a letter meets a space: each piece
+    encodes as it does inside the whole text (see TokenCounter._head), and a line added, edited
+    or removed changes only the pieces around it."""
+    cuts = [0]
+    line = text.find("\n")
+    while line >= 0:
+        stop = text.find("\n", line + 1)
+        stop = len(text) if stop < 0 else stop
+        space = text.find(" ", line + 2, stop)
+        while space > 0 and not text[space - 1].isalpha():
+            space = text.find(" ", space + 1, stop)
+        if space > 0:
+            cuts.append(space)
+        line = text.find("\n", line + 1)
+    cuts.append(len(text))
+    return [text[a:b] for a, b in zip(cuts, cuts[1:])]
 
 
 def _safe_end(text: str, chars: int) -> int:

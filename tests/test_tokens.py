@@ -48,3 +48,28 @@ def test_qs3_cut_of_a_story_sized_text_keeps_exactly_the_budget():
         smaller = get_counter().truncate(text, budget)
         assert smaller == cut_by_whole_encoding(text, budget)
         assert get_counter().count(smaller) == len(get_counter()._enc.encode(smaller)) == budget
+
+
+LINE = st.lists(st.sampled_from(PIECES), max_size=40).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(LINE, min_size=1, max_size=400))
+def test_qs3_long_texts_counted_line_by_line_count_as_encoded_whole(lines):
+    """rule QS3 (exact token arithmetic): a long text (a story summary) counted piece by piece
+    after each line's first word gives exactly the count of its whole encoding."""
+    text = "\n".join(lines)
+    whole = len(get_counter()._enc.encode(text, disallowed_special=()))
+    assert get_counter()._count_uncached(text) == whole
+    assert get_counter().count(text) == whole
+
+
+def test_qs3_a_changed_line_of_a_long_text_keeps_the_count_exact():
+    """rule QS3: after one line of a long summary changes, the count is still exact."""
+    lines = [f"Session {i}: Ayla met Bren at the {i}th bridge and said \"hold the rope\"." for i in range(300)]
+    before = "\n".join(lines)
+    lines[150] = "Session 150: nothing happened, except 3.5 hours of rain — and a 😀."
+    lines[151:151] = ["   an indented quote: \"no\".", "\t\ttabs first", "  ", ".  .   dots and spaces", ""]
+    after = "\n".join(lines)
+    for text in (before, after):
+        assert get_counter().count(text) == len(get_counter()._enc.encode(text, disallowed_special=()))
