@@ -1,0 +1,121 @@
+"""`POST /v1/context` while the job worker drains a backlog (issue 5; requests go first, priority.py).
+
+Takes a copy of a store filled by `assemble_latency.py --keep DIR` (the 10,000-message campaign),
+serves it in this process with the job worker on, asks for every rolling summary to be rebuilt
+(`POST /v1/chats/{id}/summaries/rebuild`: about 1,250 jobs), then sends a context call every
+`--gap` seconds (as turns come, but faster) and times those answered while jobs were pending.
+Prints their p50/p95/max, how long the backlog took to drain, and the time of each step of
+`context.build` (p50/p95) — in process, through Flask's test client (no HTTP).
+
+    .venv/bin/python bench/assemble_latency.py --keep /tmp/ctx_bench     # once, fills the store
+    .venv/bin/python bench/context_backlog.py --store /tmp/ctx_bench [--calls 190] [--gap 0.05]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import assemble_latency as AL  # noqa: E402
+from server_plugin import context, jobs, search  # noqa: E402
+from server_plugin.app import build_services, create_app  # noqa: E402
+from server_plugin.settings import load_settings  # noqa: E402
+
+STEPS = ("build", "query_vector", "assemble", "story_summary", "bank_search", "history",
+         "saved_memories", "story_cards", "record_turn")
+
+
+def timed_steps() -> dict[str, list[float]]:
+    """Wrap the steps of context.build so each call's time per step is recorded (ms)."""
+    times: dict[str, list[float]] = collections.defaultdict(list)
+    for name in STEPS:
+        step = getattr(context, name)
+
+        @functools.wraps(step)
+        def wrapper(*args, _step=step, _name=name, **kwargs):
+            started = time.perf_counter()
+            try:
+                return _step(*args, **kwargs)
+            finally:
+                times[_name].append((time.perf_counter() - started) * 1000)
+        setattr(context, name, wrapper)
+    return times
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", default="/tmp/ctx_bench", help="a store filled by assemble_latency.py --keep")
+    parser.add_argument("--calls", type=int, default=190)
+    parser.add_argument("--gap", type=float, default=0.05, help="seconds between context calls")
+    args = parser.parse_args()
+    if not (Path(args.store) / "chronicler.sqlite3").exists():
+        print(f"no store in {args.store}: run bench/assemble_latency.py --keep {args.store} first")
+        return 2
+    with tempfile.TemporaryDirectory(prefix="chronicler-backlog-") as folder:
+        shutil.copytree(args.store, folder, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.lock"))
+        cfg = load_settings({"data_dir": folder, "token": AL.TOKEN, "worker_enabled": True}, environ={})
+        svc = build_services(cfg)
+        app = create_app(cfg, services=svc)
+        svc.embedder.wait(120)
+        search.state_of(svc).ensure_loaded(300)
+        client, headers = app.test_client(), {"Authorization": f"Bearer {AL.TOKEN}"}
+        rnd = random.Random(11)
+        body = {"chat_id": AL.CHAT, "speaker_id": "char00.png", "context_tokens": 16384,
+                "generation_type": "normal", "memory_bank": True, "instructions": AL.sentence(rnd, 250),
+                "authors_note": AL.sentence(rnd, 40), "plot_essentials": AL.sentence(rnd, 120)}
+        texts = AL.actions(rnd, args.calls + 10)
+        for text in texts[:10]:  # warm up
+            client.post("/v1/context", json={**body, "last_action": {"text": text}}, headers=headers)
+        queued = client.post(f"/v1/chats/{AL.CHAT}/summaries/rebuild", json={}, headers=headers).get_json()
+        print(f"rebuild: {queued.get('jobs_enqueued')} jobs queued; jobs {jobs.counts(svc)}")
+        steps = timed_steps()
+        busy: list[float] = []
+        started, drained = time.perf_counter(), None
+        for text in texts[10:]:
+            pending = jobs.counts(svc)["pending"] > 0
+            if not pending and drained is None:
+                drained = time.perf_counter() - started
+            before = time.perf_counter()
+            client.post("/v1/context", json={**body, "last_action": {"text": text}}, headers=headers)
+            if pending:
+                busy.append((time.perf_counter() - before) * 1000)
+            time.sleep(args.gap)
+        while drained is None and jobs.counts(svc)["pending"]:
+            time.sleep(0.2)
+        drained = drained if drained is not None else time.perf_counter() - started
+        if busy:
+            print(f"context calls answered while jobs were pending: n={len(busy)} p50 {pct(busy, .5):.1f} ms, "
+                  f"p95 {pct(busy, .95):.1f} ms, max {max(busy):.1f} ms")
+        print(f"backlog drained {drained:.1f} s after the rebuild; jobs {jobs.counts(svc)}")
+        for name, values in sorted(steps.items(), key=lambda kv: -sum(kv[1])):
+            print(f"  {name:15s} p50 {pct(values, .5):6.1f} ms  p95 {pct(values, .95):6.1f} ms")
+        worker = app.extensions.get("chronicler_worker")
+        if worker is not None:
+            worker.stop()
+        search.stop(svc)
+        svc.db.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
