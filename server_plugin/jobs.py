@@ -299,14 +299,22 @@ def _execute(svc: Services, job: Job) -> None:
         result: Any = True
         if handler.llm:
             prompt = _prompt_for(svc, job, handler)
+            _step_aside(svc)
             result = None if prompt is None else llm.run_prompt(
                 prompt, llm.backend_from_settings(svc.settings),
                 json_mode=svc.settings.llm_json_mode, temperature=float(svc.settings.llm_temperature))
+            _step_aside(svc)
         _finish(svc, job, handler, result)
     except Exception as exc:  # every failure is recorded on the job, never lost
         if not isinstance(exc, (llm.LLMError, prompts.PromptParseError)):
             log.exception("job %s (%s) failed", job.id, job.kind)
         fail_attempt(svc, job, exc)
+
+
+def _step_aside(svc: Services) -> None:
+    """Between a job's steps (its prompt, the model or extractive run, storing the result), let
+    the requests in flight finish first (priority.py; only the background worker waits)."""
+    priority.step_aside(float(svc.settings.background_step_aside_seconds))
 
 
 def run_one(svc: Services) -> str | None:
@@ -487,7 +495,7 @@ class Worker:
         poll = float(self.svc.settings.worker_poll_seconds)
         while not self._stop.is_set():
             self.svc.jobs_wake.clear()
-            priority.step_aside(float(self.svc.settings.background_step_aside_seconds))
+            _step_aside(self.svc)
             try:
                 if run_one(self.svc) is not None:
                     continue

@@ -4,7 +4,8 @@ The job worker and the search index's upkeep run in the sidecar's own process, b
 requests, on machines with two cores. A job doing Python work beside a request takes half of the
 interpreter's time from it: while a backlog of summary jobs drained, `POST /v1/context` took
 115 ms at the median (257 ms p95) against 29 ms on an idle sidecar. So the API counts the requests in flight (`serving`), and background work
-calls `step_aside` between its steps — before each job, before each chunk of texts it embeds —
+calls `step_aside` between its steps — before each job and between its own steps, before each
+chunk of texts it embeds —
 which waits while any request is in flight, at most `max_wait` seconds (a steady stream of
 requests must not starve the jobs). A thread holding the write lock never waits here: a request
 may be waiting for that lock.
@@ -77,8 +78,8 @@ def step_aside(max_wait: float) -> float:
     It goes on when it finds no request in flight, not on every moment between two: a turn is a
     burst (the messages' sync, then the context call right after it), and a job started in the gap
     would compete with the context call. The bound keeps a steady stream from starving the jobs."""
-    if max_wait <= 0 or getattr(_thread, "writing", 0):
-        return 0.0
+    if max_wait <= 0 or not is_background() or getattr(_thread, "writing", 0):
+        return 0.0  # a request (or a script) never waits for requests, itself among them
     started = time.monotonic()
     deadline = started + max_wait
     with _cond:

@@ -22,7 +22,8 @@ def test_background_work_waits_for_the_request_in_flight():
             done.append("request")
 
     def background_step() -> None:
-        priority.step_aside(30)
+        with priority.background():
+            priority.step_aside(30)
         done.append("job step")
 
     answering = threading.Thread(target=request)
@@ -41,13 +42,20 @@ def test_background_work_waits_for_the_request_in_flight():
 def test_step_aside_is_bounded_and_never_waits_holding_the_write_lock(services):
     """A steady stream of requests cannot starve the jobs (the wait has a bound), and a thread
     holding the write lock never waits (a request may be waiting for that lock)."""
-    with priority.serving():
+    with priority.serving(), priority.background():
         started = time.monotonic()
         waited = priority.step_aside(0.2)
         assert 0.15 <= waited and time.monotonic() - started < 5
         with services.db.write():
             assert priority.step_aside(30) == 0.0
         assert priority.step_aside(0) == 0.0
+
+
+def test_a_request_or_a_script_never_steps_aside():
+    """Only background work waits: a request running a job itself (or a script's run_pending)
+    would otherwise wait for the request in flight that is its own."""
+    with priority.serving():
+        assert priority.step_aside(30) == 0.0
 
 
 def test_the_app_counts_each_request_while_it_is_answered(app):
@@ -81,3 +89,28 @@ def test_the_worker_and_background_embedding_step_aside_before_each_step(service
     finally:
         worker.stop()
     assert calls[2] == float(services.settings.background_step_aside_seconds)
+
+
+def test_a_model_job_steps_aside_around_its_model_run(api, services, monkeypatch):
+    """Between a job's prompt, its model (or extractive) run and the storing of its result, the
+    worker lets the requests in flight go first."""
+    from chatkit import setup_chat, turns
+
+    setup_chat(api)
+    turns(api, 0, 4)
+    assert api.post("/v1/chats/c1/sessions/end", json={}).status_code == 200
+    calls: list[float] = []
+    here = threading.current_thread()  # the search index's own thread may re-embed meanwhile
+
+    def step_aside(max_wait: float) -> float:
+        if threading.current_thread() is here:
+            calls.append(max_wait)
+        return 0.0
+
+    monkeypatch.setattr(priority, "step_aside", step_aside)
+    ran = []
+    while (job_id := jobs.run_one(services)) is not None:
+        ran.append(jobs.get(services, job_id))
+    model_jobs = [j for j in ran if j["kind"] == "session_summary"]
+    assert model_jobs and all(j["state"] == "done" for j in model_jobs)
+    assert len(calls) == 2 * sum(bool(jobs._HANDLERS[j["kind"]].llm) for j in ran)
