@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from functools import lru_cache
-from typing import Any
 
 import tiktoken
 
@@ -26,9 +25,8 @@ class TokenCounter:
         # The same texts (sheets, pinned memories, summaries) are counted every turn.
         self._count = lru_cache(maxsize=cache_size)(self._count_uncached)
         # The tokens of the heads of the last long texts cut (a story summary is cut every turn,
-        # at a budget that moves with the last action), and the counts of the last cuts made.
+        # at a budget that moves with the last action).
         self._heads: OrderedDict[str, list[int]] = OrderedDict()
-        self._cuts: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
 
     def _count_uncached(self, text: str) -> int:
@@ -42,10 +40,7 @@ class TokenCounter:
 
     def count(self, text: str) -> int:
         """Number of tokens of `text` (0 for the empty string)."""
-        if not text:
-            return 0
-        known = self._cuts.get(text)
-        return known if known is not None else self._count(text)
+        return self._count(text) if text else 0
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest prefix of `text` (cut on a token boundary) counting at most `max_tokens`.
@@ -60,38 +55,20 @@ class TokenCounter:
             return text
         n = max_tokens
         while n > 0:
-            raw = self._enc.decode_bytes(ids[:n])
-            cut = raw.decode("utf-8", errors="replace").rstrip("\ufffd")
-            if text.startswith(cut):
-                tokens = self._count_cut(cut, ids, n, len(raw))
-                if tokens <= max_tokens:
-                    self._remember(self._cuts, cut, tokens)
-                    return cut
+            # A long cut is counted line by line (see _count_uncached): its lines before the last
+            # were counted with the whole text, so only its last line is encoded again.
+            cut = self._enc.decode(ids[:n]).rstrip("\ufffd")
+            if text.startswith(cut) and self.count(cut) <= max_tokens:
+                return cut
             n -= 1
         return ""
 
-    def _count_cut(self, cut: str, ids: list[int], n: int, n_bytes: int) -> int:
-        """count(cut) for `cut`, the decoding of ids[:n] (n_bytes long) without its broken end.
-
-        Up to its last point where a letter meets a space, the cut encodes as the text does
-        (see `_head`): those are ids[:m]; only the few words after it are encoded again."""
-        end = _safe_end(cut, len(cut) - 1)
-        if not end:
-            return self.count(cut)
-        target, k, size = len(cut[:end].encode("utf-8")), n, n_bytes
-        while size > target and k > 0:
-            k -= 1
-            size -= len(self._enc.decode_single_token_bytes(ids[k]))
-        if size != target:  # a token spans that point (never seen): count it all
-            return self.count(cut)
-        return k + self._count_uncached(cut[end:])
-
-    def _remember(self, cache: OrderedDict, key: str, value: Any) -> None:
+    def _remember_head(self, text: str, ids: list[int]) -> None:
         with self._lock:
-            cache[key] = value
-            cache.move_to_end(key)
-            while len(cache) > RECENT_CUTS:
-                cache.popitem(last=False)
+            self._heads[text] = ids
+            self._heads.move_to_end(text)
+            while len(self._heads) > RECENT_HEADS:
+                self._heads.popitem(last=False)
 
     def _head(self, text: str, max_tokens: int) -> list[int]:
         """The whole text's tokens, or more than `max_tokens` of its first ones.
@@ -112,7 +89,7 @@ class TokenCounter:
             if end:
                 ids = self._enc.encode(text[:end], disallowed_special=())
                 if len(ids) > max_tokens:
-                    self._remember(self._heads, text, ids)
+                    self._remember_head(text, ids)
                     return ids
             chars *= 2
         return self._enc.encode(text, disallowed_special=())
@@ -120,10 +97,8 @@ class TokenCounter:
 
 # English averages about 4 characters a token; starting a little above that rarely needs a second try.
 HEAD_CHARS_PER_TOKEN = 5
-RECENT_CUTS = 8  # long texts whose head tokens, and cuts whose counts, are kept
-TAIL_CHARS = 400  # how far back a word boundary is looked for (none: encode more, or count whole)
-
-
+RECENT_HEADS = 8  # long texts whose head tokens are kept
+TAIL_CHARS = 400  # how far back a word boundary is looked for (none: a longer head is encoded)
 SEGMENT_CHARS = 4000  # longer texts are counted line by line
 
 
