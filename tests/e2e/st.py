@@ -22,8 +22,8 @@ import socket
 import subprocess
 import time
 import urllib.error
-import urllib.request
 import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -190,7 +190,6 @@ def _get(url: str, timeout: float = 2.0) -> int:
         return err.code
 
 
-
 def quote_id(value: str) -> str:
     """An id (chat ids hold spaces and @) percent-encoded for a path."""
     return urllib.parse.quote(value, safe="")
@@ -205,6 +204,7 @@ def wait_until(predicate: Any, timeout: float = 15.0, what: str = "condition", i
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}")
+
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None) -> None:
     """Wait until `url` answers 200; fail early (with the log's tail) if the process died."""
