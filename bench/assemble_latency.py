@@ -39,7 +39,8 @@ import requests  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from server_plugin import characters, chats, index, lore, memories  # noqa: E402
+from server_plugin.story import characters, chats, lore, memories
+from server_plugin.retrieval import docs as index  # noqa: E402
 from server_plugin.app import build_services  # noqa: E402
 from server_plugin.settings import load_settings  # noqa: E402
 
@@ -98,7 +99,7 @@ def fill_memories(svc, rnd: random.Random) -> int:
 
 def fill_messages(svc, rnd: random.Random, count: int = 10_000) -> str:
     """10,000 messages through the transcript store (conversation.ingest), in batches."""
-    from server_plugin import conversation
+    from server_plugin.story import conversation
 
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
     batch = int(svc.settings.messages_per_batch)
@@ -159,7 +160,7 @@ def actions(rnd: random.Random, n: int) -> list[str]:
 
 def floor_model():
     """The same model, loaded in this process, to time one query embedding alone (the floor)."""
-    from server_plugin.embeddings import Embedder
+    from server_plugin.retrieval.embeddings import Embedder
 
     model = Embedder().start_loading()
     model.wait(120)

@@ -12,8 +12,8 @@ import re
 import statistics
 import time
 
-from server_plugin.assemble import Candidates, Card, Item, LastAction, Message, assemble
-from server_plugin.tokens import get_counter
+from server_plugin.core.assemble import Candidates, Card, Item, LastAction, Message, assemble
+from server_plugin.core.tokens import get_counter
 
 
 def campaign(seed: int = 1) -> Candidates:

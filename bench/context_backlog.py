@@ -32,7 +32,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import assemble_latency as AL  # noqa: E402
-from server_plugin import context, jobs, search  # noqa: E402
+from server_plugin.story import context
+from server_plugin.jobs import queue
+from server_plugin.retrieval import search  # noqa: E402
 from server_plugin.app import build_services, create_app  # noqa: E402
 from server_plugin.settings import load_settings  # noqa: E402
 
@@ -87,12 +89,12 @@ def main() -> int:
         for text in texts[:10]:  # warm up
             client.post("/v1/context", json={**body, "last_action": {"text": text}}, headers=headers)
         queued = client.post(f"/v1/chats/{AL.CHAT}/summaries/rebuild", json={}, headers=headers).get_json()
-        print(f"rebuild: {queued.get('jobs_enqueued')} jobs queued; jobs {jobs.counts(svc)}")
+        print(f"rebuild: {queued.get('jobs_enqueued')} jobs queued; jobs {queue.counts(svc)}")
         steps = timed_steps()
         busy: list[float] = []
         started, drained = time.perf_counter(), None
         for text in texts[10:]:
-            pending = jobs.counts(svc)["pending"] > 0
+            pending = queue.counts(svc)["pending"] > 0
             if not pending and drained is None:
                 drained = time.perf_counter() - started
             before = time.perf_counter()
@@ -100,13 +102,13 @@ def main() -> int:
             if pending:
                 busy.append((time.perf_counter() - before) * 1000)
             time.sleep(args.gap)
-        while drained is None and jobs.counts(svc)["pending"]:
+        while drained is None and queue.counts(svc)["pending"]:
             time.sleep(0.2)
         drained = drained if drained is not None else time.perf_counter() - started
         if busy:
             print(f"context calls answered while jobs were pending: n={len(busy)} p50 {pct(busy, .5):.1f} ms, "
                   f"p95 {pct(busy, .95):.1f} ms, max {max(busy):.1f} ms")
-        print(f"backlog drained {drained:.1f} s after the rebuild; jobs {jobs.counts(svc)}")
+        print(f"backlog drained {drained:.1f} s after the rebuild; jobs {queue.counts(svc)}")
         for name, values in sorted(steps.items(), key=lambda kv: -sum(kv[1])):
             print(f"  {name:15s} p50 {pct(values, .5):6.1f} ms  p95 {pct(values, .95):6.1f} ms")
         worker = app.extensions.get("chronicler_worker")

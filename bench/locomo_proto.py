@@ -33,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from server_plugin import ranking as R  # noqa: E402
+from server_plugin.retrieval import ranking as R  # noqa: E402
 
 DEFAULT_DATA = "/work/shared/bench/locomo/locomo_dev.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}

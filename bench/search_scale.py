@@ -29,7 +29,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from server_plugin import ranking as R  # noqa: E402
+from server_plugin.retrieval import ranking as R  # noqa: E402
 
 try:  # the wheel that can load extensions (as server_plugin/db.py will)
     import pysqlite3.dbapi2 as sqlite3

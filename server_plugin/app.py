@@ -10,16 +10,20 @@ from flask import Flask
 from flask_cors import CORS
 from werkzeug.exceptions import HTTPException
 
-from . import api, conversation, episodes, jobs, migrations, priority, search, sheet_updates  # noqa: F401  (they register the job kinds)
+from . import api, priority
+from .story import (conversation, episodes, sheet_updates)
+from .jobs import queue
+from .store import migrations
+from .retrieval import search  # noqa: F401  (they register the job kinds)
 from .api.common import EXTENSION_KEY
 from .clock import Clock
-from .db import Database, StorageFull, StorageUnavailable
-from .embeddings import Embedder, EmbedderNotReady
+from .store.db import Database, StorageFull, StorageUnavailable
+from .retrieval.embeddings import Embedder, EmbedderNotReady
 from .errors import ChroniclerError
-from .security import Guard, ensure_token, install
+from .api.security import Guard, ensure_token, install
 from .services import Services
 from .settings import Settings
-from .tokens import get_counter
+from .core.tokens import get_counter
 
 log = logging.getLogger("chronicler")
 
@@ -111,6 +115,6 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
     _install_error_envelope(app)
     api.register(app)
     app.wsgi_app = _counted(app.wsgi_app)  # type: ignore[method-assign]
-    app.extensions["chronicler_worker"] = jobs.start(services)
+    app.extensions["chronicler_worker"] = queue.start(services)
     search.start(services)  # builds the in-memory search index in the background
     return app

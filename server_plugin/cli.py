@@ -45,7 +45,7 @@ def serve(args: argparse.Namespace) -> int:
     import waitress
 
     from .app import create_app
-    from .security import ensure_token
+    from .api.security import ensure_token
 
     settings = load_settings({"host": args.host, "port": args.port, "data_dir": args.data_dir})
     try:
@@ -78,7 +78,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def install_extension(args: argparse.Namespace) -> int:
     """Copy (or link) the extension into SillyTavern and point it at this sidecar."""
-    from .install import InstallError, install_extension as install
+    from .sillytavern.install import InstallError, install_extension as install
 
     settings = load_settings({"data_dir": args.data_dir})
     try:
@@ -106,7 +106,7 @@ def install_extension(args: argparse.Namespace) -> int:
 
 def backup(args: argparse.Namespace) -> int:
     """Copy the store to --out (default DATA_DIR/backups/…), safely while a sidecar is serving."""
-    from .backup import BackupError, backup_database, default_backup_path
+    from .store.backup import BackupError, backup_database, default_backup_path
 
     settings = load_settings({"data_dir": args.data_dir})
     out = Path(args.out).expanduser() if args.out else default_backup_path(settings.data_path)
@@ -124,8 +124,8 @@ def backup(args: argparse.Namespace) -> int:
 def _offline_store(data_dir: str | None, create: bool) -> tuple[Any, Any, IO[str]]:
     """Settings, the open (migrated when `create`) database and the data folder's lock, for the
     commands that work on the store without a running sidecar. Raises AlreadyRunning."""
-    from .db import Database
-    from .migrations import migrate
+    from .store.db import Database
+    from .store.migrations import migrate
 
     settings = load_settings({"data_dir": data_dir})
     db_path = settings.data_path / settings.db_file
@@ -141,7 +141,7 @@ def _offline_store(data_dir: str | None, create: bool) -> tuple[Any, Any, IO[str
 
 def export_cmd(args: argparse.Namespace) -> int:
     """Write the whole store as one JSON document (offline: holds the data folder's lock)."""
-    from . import portable
+    from .store import portable
 
     try:
         _, db, lock = _offline_store(args.data_dir, create=False)
@@ -165,7 +165,7 @@ def import_cmd(args: argparse.Namespace) -> int:
     """Load an export into the store: all of it in one transaction, or nothing (offline)."""
     import json
 
-    from . import portable
+    from .store import portable
     from .errors import ChroniclerError
 
     if args.replace and not args.yes:
@@ -202,14 +202,14 @@ def import_chat(args: argparse.Namespace) -> int:
     """Feed a SillyTavern chat file through the pipeline: offline on the data folder (its lock
     held, jobs run here), or into a running sidecar with --url/--token. Resumable: a rerun skips
     what is stored."""
-    from . import backfill
+    from .sillytavern import chat_file
 
     try:
-        chat = backfill.read_chat_file(Path(args.file).expanduser())
-    except (OSError, backfill.ChatFileError) as exc:
+        chat = chat_file.read_chat_file(Path(args.file).expanduser())
+    except (OSError, chat_file.ChatFileError) as exc:
         print(f"chronicler: {exc}", file=sys.stderr)
         return 1
-    plan = backfill.plan(chat, args.chat_id, args.character_id or [], args.user_id)
+    plan = chat_file.plan(chat, args.chat_id, args.character_id or [], args.user_id)
     for name, guess in plan.guessed.items():
         print(f"note: {name!r} has no --character-id and no original_avatar; using {guess!r}",
               file=sys.stderr)
@@ -219,7 +219,7 @@ def import_chat(args: argparse.Namespace) -> int:
         if not token:
             print("chronicler: --url needs --token (or CHRONICLER_TOKEN)", file=sys.stderr)
             return 2
-        report = backfill.run(plan, backfill.HttpSink(args.url, token), args.batch_size, progress,
+        report = chat_file.run(plan, chat_file.HttpSink(args.url, token), args.batch_size, progress,
                               args.wait)
     else:
         from .app import build_services
@@ -233,7 +233,7 @@ def import_chat(args: argparse.Namespace) -> int:
         svc = build_services(settings)
         try:
             svc.embedder.wait(float(settings.embedder_wait_seconds))
-            report = backfill.run(plan, backfill.LocalSink(svc), args.batch_size, progress)
+            report = chat_file.run(plan, chat_file.LocalSink(svc), args.batch_size, progress)
         finally:
             svc.db.close()
             lock.close()

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
 from .clock import Clock
-from .db import Database
-from .embeddings import Embedder
+from .store.db import Database
+from .retrieval.embeddings import Embedder
 from .settings import Settings
-from .tokens import TokenCounter
+from .core.tokens import TokenCounter
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from server_plugin import index
+from server_plugin.retrieval import docs as index
 from tests.chatkit import drain, iso, post
 from tests.conftest import expect_ok
 from tests.fakellm import FakeLLM

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from server_plugin.backup import BackupError, backup_database, default_backup_path
+from server_plugin.store.backup import BackupError, backup_database, default_backup_path
 from server_plugin.cli import main
 from tests.harness.client import Client
 from tests.harness.ledger import open_db, store_problems

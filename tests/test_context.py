@@ -15,8 +15,8 @@ from conftest import expect_error, expect_ok
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server_plugin.tokens import get_counter
-from server_plugin.triggers import ScanWindow, TriggerIndex
+from server_plugin.core.tokens import get_counter
+from server_plugin.core.triggers import ScanWindow, TriggerIndex
 
 C = get_counter()
 
@@ -444,7 +444,7 @@ def test_sw2_story_summary_is_read_again_whenever_a_summary_changes(api, service
     the next context; a session's last-message time (moved by every message) does not count."""
     from chatkit import drain, setup_chat, turns
 
-    from server_plugin import changes
+    from server_plugin.store import changes
 
     setup_chat(api)
     turns(api, 0, 6)
@@ -507,7 +507,7 @@ def test_soft_state_write_skips_the_disk_wait_and_restores_the_pragma(overrides,
 def test_rv7_per_turn_set_cached_until_its_own_tables_change(api, services, monkeypatch):
     """RV7 (speed): the per-turn memory selection is reused while only messages and statistics
     are written, and recomputed as soon as a memory, the chat or a character changes."""
-    from server_plugin import memories
+    from server_plugin.story import memories
 
     calls = []
     original = memories._select_for_turn
@@ -594,8 +594,8 @@ def test_rv5_rv16_search_in_the_bank_keeps_the_chats_scopes_and_switches(api):
 
 def test_qs8_fusion_puts_an_item_both_lists_rank_high_first(services):
     """rule QS8: the per-turn set and search's results are fused by reciprocal rank."""
-    from server_plugin.assemble import Item
-    from server_plugin.context import memory_bank
+    from server_plugin.core.assemble import Item
+    from server_plugin.story.context import memory_bank
     unpinned = [{"id": "x", "text": "X", "version": 1}, {"id": "y", "text": "Y", "version": 1}]
     found = [Item("message:m1", "P: old line"), Item("y", "Y")]
     fused = memory_bank(services, None, unpinned, found)

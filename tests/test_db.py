@@ -6,8 +6,9 @@ import threading
 
 import pytest
 
-from server_plugin import index, migrations
-from server_plugin.db import Database, StorageFull, sqlite3
+from server_plugin.retrieval import docs as index
+from server_plugin.store import migrations
+from server_plugin.store.db import Database, StorageFull, sqlite3
 from conftest import expect_error
 
 

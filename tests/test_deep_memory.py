@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from server_plugin import jobs
+from server_plugin.jobs import queue
 from tests.chatkit import drain, job_rows, post, setup_chat, turn_messages
 from tests.conftest import expect_ok
 
@@ -71,7 +71,7 @@ def test_rv13_at_most_max_items_per_run(api, services, overrides):
     [job] = deep_jobs(services)
     drain(services)
     assert len(saved(api, scope="character", character_id="ayla.png")) == 2
-    result = jobs.get(services, job["id"])["result"]
+    result = queue.get(services, job["id"])["result"]
     assert len(result["memories"]) == 2 and any("over the limit" in s for s in result["skipped"])
 
 
@@ -99,7 +99,7 @@ def test_rv14_learning_off_files_nothing_for_that_character(api, services):
         fact_turn(api, n)
     drain(services)
     assert saved(api) == []
-    assert jobs.get(services, deep_jobs(services)[0]["id"])["result"] == {"skipped": "nothing left to do"}
+    assert queue.get(services, deep_jobs(services)[0]["id"])["result"] == {"skipped": "nothing left to do"}
 
 
 def test_rv16_memory_switched_off_stops_a_queued_run(api, services):

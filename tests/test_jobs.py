@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from server_plugin import jobs
+from server_plugin.jobs import queue as jobs
 from server_plugin.app import build_services, create_app
 from server_plugin.clock import parse_iso
 from tests.chatkit import drain, job_rows, post, setup_chat, summaries, turn_messages, turns
@@ -171,7 +171,7 @@ def test_lease_expiry_reclaims_a_job_and_discards_the_late_result(api, services,
     assert jobs.run_one(services) == lost.id  # reclaimed and run again
     row = chunk_job(services)
     assert (row["state"], row["attempts"]) == ("done", 2)
-    from server_plugin.prompts import Summary
+    from server_plugin.jobs.prompts import Summary
     late = Summary("A stale result from the lost worker.", (), ("u0", "a0"))
     assert jobs._finish(services, lost, jobs._HANDLERS["chunk_summary"], late) is False
     assert summaries(api)["recent"][0]["text"] == CHUNK_ANSWER["summary"]

@@ -14,10 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from fakellm import FakeLLM
-from server_plugin import extractive, llm, prompts
-from server_plugin.llm import (LLMBadResponse, LLMConfigError, LLMRateLimited, LLMRejected,
-                               LLMUnavailable, OpenAICompatible, normalise_url, run_prompt)
-from server_plugin.prompts import ChatMessage, Summary
+from server_plugin.jobs import extractive, llm, prompts
+from server_plugin.jobs.llm import (LLMBadResponse, LLMConfigError, LLMRateLimited, LLMRejected,
+                                    LLMUnavailable, OpenAICompatible, normalise_url, run_prompt)
+from server_plugin.jobs.prompts import ChatMessage, Summary
 
 KEY = "sk-test-SECRET-0123456789"
 MESSAGES = [{"role": "user", "content": "Hello"}]
@@ -415,7 +415,7 @@ def test_llm_make_backend_per_mode(fake):
 
 def test_llm_settings_defaults_match_the_modules():
     """Every limit is a named setting: the table's defaults are the modules' constants."""
-    from server_plugin import extractive as X
+    from server_plugin.jobs import extractive as X
     from server_plugin.settings import TABLE
     expected = {
         "llm_connect_timeout": llm.CONNECT_TIMEOUT, "llm_read_timeout": llm.READ_TIMEOUT,

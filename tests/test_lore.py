@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from server_plugin import index
+from server_plugin.retrieval import docs as index
 from conftest import expect_error, expect_ok
 
 

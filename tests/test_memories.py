@@ -8,7 +8,7 @@ import pytest
 
 from conftest import T0, TOKEN, expect_error, expect_ok
 from server_plugin.clock import to_iso
-from server_plugin.memories import spread_evenly
+from server_plugin.story.memories import spread_evenly
 
 
 # --- helpers ---------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from server_plugin import index
-from server_plugin.db import loads
+from server_plugin.retrieval import docs as index
+from server_plugin.store.db import loads
 from tests.conftest import expect_error, expect_ok
 
 CHAT = "Ayla - 2026-03-01@12h00m00s"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from server_plugin import notes
+from server_plugin.story import notes
 from tests.chatkit import setup_chat, turns
 from tests.conftest import expect_error, expect_ok
 

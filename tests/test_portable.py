@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from server_plugin import jobs, portable
+from server_plugin.jobs import queue
+from server_plugin.store import portable
 from server_plugin.app import build_services, create_app
 from server_plugin.cli import lock_data_dir, main
 from server_plugin.clock import FakeClock
@@ -58,7 +59,7 @@ def fill_store(api: Api, services: Any) -> None:
                                              "actor": "model", "known_by": ["ayla.png"],
                                              "chat_id": group, "turn_id": "t3"}), 201)
     expect_ok(api.post("/v1/chats/solo/notes", json={"text": "Who lit lantern 7?", "priority": 4}), 201)
-    assert jobs.counts(services).get("pending", 0) > 0
+    assert queue.counts(services).get("pending", 0) > 0
 
 
 def open_store(tmp_path: Path, embedder: Any, name: str, **extra: Any) -> tuple[Any, Api]:
@@ -138,11 +139,11 @@ def test_pending_jobs_resume_after_an_import(filled, tmp_path, embedder):
     svc_b, api_b = open_store(tmp_path, embedder, "b")
     try:
         expect_ok(api_b.post("/v1/import", json={"document": filled}), 200)
-        pending = jobs.counts(svc_b).get("pending", 0)
+        pending = queue.counts(svc_b).get("pending", 0)
         assert pending > 0
         svc_b.clock.advance(hours=1)  # this store's clock started at T0; the jobs were due later
-        assert jobs.run_pending(svc_b) >= pending
-        assert jobs.counts(svc_b).get("pending", 0) == 0
+        assert queue.run_pending(svc_b) >= pending
+        assert queue.counts(svc_b).get("pending", 0) == 0
         summaries = expect_ok(api_b.get("/v1/chats/Seraphina%20-%202026-11-29@16h52m03s/summaries"), 200)
         assert summaries["recent"] or summaries["consolidated"]
     finally:

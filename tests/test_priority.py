@@ -6,7 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
-from server_plugin import jobs, priority
+from server_plugin.jobs import queue
+from server_plugin import priority
 from server_plugin.app import _counted
 
 
@@ -80,7 +81,7 @@ def test_the_worker_and_background_embedding_step_aside_before_each_step(service
     assert len(calls) == 2
     embedder.embed(["a request's own text is embedded at once"])
     assert len(calls) == 2
-    worker = jobs.Worker(services)
+    worker = queue.Worker(services)
     worker.start()
     try:
         deadline = time.monotonic() + 10
@@ -109,8 +110,8 @@ def test_a_model_job_steps_aside_around_its_model_run(api, services, monkeypatch
 
     monkeypatch.setattr(priority, "step_aside", step_aside)
     ran = []
-    while (job_id := jobs.run_one(services)) is not None:
-        ran.append(jobs.get(services, job_id))
+    while (job_id := queue.run_one(services)) is not None:
+        ran.append(queue.get(services, job_id))
     model_jobs = [j for j in ran if j["kind"] == "session_summary"]
     assert model_jobs and all(j["state"] == "done" for j in model_jobs)
-    assert len(calls) == 2 * sum(bool(jobs._HANDLERS[j["kind"]].llm) for j in ran)
+    assert len(calls) == 2 * sum(bool(queue._HANDLERS[j["kind"]].llm) for j in ran)

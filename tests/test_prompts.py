@@ -9,12 +9,12 @@ import json
 import pytest
 
 from fakellm import GARBAGE
-from server_plugin import prompts as P
-from server_plugin.prompts import (CharacterMemory, CharacterRef, ChatMessage, Extraction,
-                                   MemoryDraft, NoteInput, NoteProposal, PromptParseError,
-                                   SceneSummary, SecretInput, SessionSummary, Summary,
-                                   SummaryInput, ToldEvent, extract_json, parse)
-from server_plugin.quotes import Quote
+from server_plugin.jobs import prompts as P
+from server_plugin.jobs.prompts import (CharacterMemory, CharacterRef, ChatMessage, Extraction,
+                                        MemoryDraft, NoteInput, NoteProposal, PromptParseError,
+                                        SceneSummary, SecretInput, SessionSummary, Summary,
+                                        SummaryInput, ToldEvent, extract_json, parse)
+from server_plugin.core.quotes import Quote
 
 SAM = CharacterRef("persona-sam", "Sam", is_player=True)
 AYLA = CharacterRef("ayla.png", "Ayla", aliases=("Ay",))

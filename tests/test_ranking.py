@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from server_plugin import ranking as R
+from server_plugin.retrieval import ranking as R
 
 OFF = dict(w_bm25=0.0, w_dense=0.0, w_dense_win1=0.0, w_dense_win2=0.0, w_dense_sent=0.0,
            w_speaker=0.0, w_session=0.0, w_temporal=0.0, w_length=0.0, w_date=0.0)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server_plugin.schemas import BASE_URI, SCHEMA_DIR, default_schemas
+from server_plugin.api.schemas import BASE_URI, SCHEMA_DIR, default_schemas
 
 EXAMPLES = SCHEMA_DIR / "examples"
 

@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from server_plugin import index, migrations, ranking, search
+from server_plugin.retrieval import docs as index, ranking, search
+from server_plugin.store import migrations
 from server_plugin.app import build_services
-from server_plugin.db import Database
+from server_plugin.store.db import Database
 from server_plugin.settings import SEARCH, load_settings
 from tests.conftest import expect_error, expect_ok
 
@@ -295,7 +296,7 @@ def test_sw6_writes_of_another_process_are_seen(api, services, settings, embedde
     assert find(api, "the comet") == []
     other = build_services(settings, embedder=embedder, clock=clock)
     try:
-        from server_plugin import memories
+        from server_plugin.story import memories
 
         made = memories.create(other, {"text": "A green comet crossed the sky on midsummer night.",
                                        "scope": "global", "actor": "user"})
@@ -448,14 +449,14 @@ def loads_list(text: str) -> Any:
 def test_sw2_sw6_session_summaries_are_searchable_and_leave_with_their_chat(api, services):
     """rules SW2, SW6: an ended session's summary is indexed (known by the session's witnesses,
     citing the messages it quotes) and removed with its chat."""
-    from server_plugin import jobs
+    from server_plugin.jobs import queue
 
     setup_cast(api)
     chat(api, "ca", [A])
     say(api, "ca", [("1", "kai", "\"I will find the lost crown of Elder Marsh,\" Kai swore."),
                     ("2", A, "\"Then I will guide you through the marsh,\" Ayla said.")])
     expect_ok(api.post("/v1/chats/ca/sessions/end", json={}))
-    jobs.run_pending(services)
+    queue.run_pending(services)
     got = find(api, "the lost crown", kinds=["session_summary"])
     assert len(got) == 1 and got[0]["id"] == "ca#1" and got[0]["chat_id"] == "ca"
     assert set(got[0]["source_message_ids"]) <= {"1", "2"}

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from server_plugin import visibility
-from server_plugin.visibility import ItemRef
+from server_plugin.retrieval import visibility
+from server_plugin.retrieval.visibility import ItemRef
 from tests.chatkit import drain
 from tests.conftest import expect_ok
 from tests.episodekit import (fake,  # noqa: F401  (a fixture)

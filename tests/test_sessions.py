@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from server_plugin import jobs, sessions
+from server_plugin.jobs import queue as jobs
+from server_plugin.story import sessions
 from tests.chatkit import drain, job_rows, post, setup_chat, turn_messages, turns
 from tests.conftest import expect_error, expect_ok
 

@@ -9,8 +9,9 @@ import re
 
 import pytest
 
-from server_plugin import extractive, jobs, prompts
-from server_plugin.prompts import CharacterRef, ChatMessage, Newcomer, PromptParseError, SheetInput
+from server_plugin.jobs import extractive, queue as jobs, prompts
+from server_plugin.jobs.prompts import (CharacterRef, ChatMessage, Newcomer, PromptParseError,
+                                        SheetInput)
 from tests.chatkit import drain, iso, job_rows
 from tests.conftest import expect_ok
 from tests.episodekit import (fake,  # noqa: F401  (a fixture)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import expect_error, expect_ok
 
-from server_plugin import characters, sheets
+from server_plugin.story import characters, sheets
 from server_plugin.errors import NotFound
 
 SHEET = {"personality": "Brave.", "appearance": "Red hair.",

@@ -10,7 +10,7 @@ import pytest
 def test_token_comparison_uses_hmac_compare_digest(monkeypatch: pytest.MonkeyPatch) -> None:
     """rule RV17: the bearer token is compared in constant time (hmac.compare_digest), so its
     characters cannot be guessed one by one from response times."""
-    from server_plugin import security
+    from server_plugin.api import security
 
     calls: list[tuple[bytes, bytes]] = []
     real = security.hmac.compare_digest

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server_plugin.tokens import get_counter
+from server_plugin.core.tokens import get_counter
 
 PIECES = ["the", "river", "Ayla", "—", "…", "日本語", "😀", "  ", "\n\n", "x" * 40, "1234567",
           "don't", "«quote»", ",", ".", "É", "\u0301", "'s", "\t", " ", " ", " "]

@@ -5,14 +5,9 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server_plugin.assemble import LastAction, Message, scan_texts
-from server_plugin.triggers import (
-    CastMember,
-    ScanWindow,
-    normalize,
-    present_characters,
-    scan_window_size,
-)
+from server_plugin.core.assemble import LastAction, Message, scan_texts
+from server_plugin.core.triggers import (CastMember, ScanWindow, normalize, present_characters,
+                                         scan_window_size)
 
 
 def fires(trigger: str, text: str) -> bool:

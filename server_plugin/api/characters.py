@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import card_import, characters
+from ..sillytavern import cards
+from ..story import characters
 from .common import body, path_id, svc
 
 bp = Blueprint("characters", __name__)
@@ -19,7 +20,7 @@ def put_character(character_id: str) -> tuple[dict, int]:
 
 @bp.post("/characters/import")
 def import_character() -> tuple[dict, int]:
-    result, created = card_import.import_card(svc(), body("character_import.request"))
+    result, created = cards.import_card(svc(), body("character_import.request"))
     return result, 201 if created else 200
 
 

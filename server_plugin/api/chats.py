@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import chats, turns
+from ..story import chats, turns
 from .common import body, path_id, svc
 
 bp = Blueprint("chats", __name__)

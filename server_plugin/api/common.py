@@ -9,8 +9,8 @@ from typing import Any
 from flask import current_app, g, request
 
 from ..errors import BadRequest
-from ..schemas import default_schemas
-from ..security import sqlite_int
+from .schemas import default_schemas
+from .security import sqlite_int
 from ..services import Services
 
 EXTENSION_KEY = "chronicler"

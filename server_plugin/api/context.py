@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import context
+from ..story import context
 from .common import body, svc
 
 bp = Blueprint("context", __name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import chats, conversation, messages
+from ..story import chats, conversation, messages
 from .common import body, path_id, query, svc
 
 bp = Blueprint("conversation", __name__)

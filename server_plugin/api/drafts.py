@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import drafts
+from ..story import memory_drafts as drafts
 from .common import body, svc
 
 bp = Blueprint("drafts", __name__)

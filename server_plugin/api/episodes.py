@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import episodes
+from ..story import episodes
 from .common import path_id, query, svc
 
 bp = Blueprint("episodes", __name__)

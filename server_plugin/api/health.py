@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import __version__, search
+from .. import __version__
+from ..retrieval import search
 from .common import svc
 
 bp = Blueprint("health", __name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import jobs
+from ..jobs import queue
 from .common import body, path_id, query, svc
 
 bp = Blueprint("jobs", __name__)
@@ -14,35 +14,35 @@ bp = Blueprint("jobs", __name__)
 @bp.get("/jobs")
 def list_jobs() -> dict:
     args = query("jobs_list.query")
-    return {"jobs": jobs.list_jobs(svc(), **args), "counts": jobs.counts(svc(), args.get("chat_id"))}
+    return {"jobs": queue.list_jobs(svc(), **args), "counts": queue.counts(svc(), args.get("chat_id"))}
 
 
 @bp.get("/jobs/<job_id>")
 def get_job(job_id: str) -> dict:
-    return {"job": jobs.get(svc(), path_id(job_id, "job id"))}
+    return {"job": queue.get(svc(), path_id(job_id, "job id"))}
 
 
 @bp.post("/jobs/claim")
 def claim_job() -> dict:
     data = body("job_claim.request")
-    return {"job": jobs.claim(svc(), data.get("kinds"), data.get("chat_id")),
+    return {"job": queue.claim(svc(), data.get("kinds"), data.get("chat_id")),
             "mode": svc().settings.llm_mode}
 
 
 @bp.post("/jobs/<job_id>/complete")
 def complete_job(job_id: str) -> dict:
     data = body("job_complete.request")
-    return {"job": jobs.complete(svc(), path_id(job_id, "job id"), data["text"], data.get("attempt"))}
+    return {"job": queue.complete(svc(), path_id(job_id, "job id"), data["text"], data.get("attempt"))}
 
 
 @bp.post("/jobs/<job_id>/fail")
 def fail_job(job_id: str) -> dict:
     data = body("job_fail.request")
-    return {"job": jobs.fail(svc(), path_id(job_id, "job id"), data["error"],
+    return {"job": queue.fail(svc(), path_id(job_id, "job id"), data["error"],
                              data.get("retryable", True), data.get("attempt"))}
 
 
 @bp.post("/jobs/<job_id>/retry")
 def retry_job(job_id: str) -> dict:
     body("empty.request")
-    return {"job": jobs.retry(svc(), path_id(job_id, "job id"))}
+    return {"job": queue.retry(svc(), path_id(job_id, "job id"))}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import lore
+from ..story import lore
 from .common import body, path_id, query, svc
 
 bp = Blueprint("lore", __name__)

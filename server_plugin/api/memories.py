@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import memories
+from ..story import memories
 from .common import body, path_id, query, svc
 
 bp = Blueprint("memories", __name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import notes
+from ..story import notes
 from .common import body, path_id, query, svc
 
 bp = Blueprint("notes", __name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
-from .. import portable
+from ..store import portable
 from .common import body, svc
 
 bp = Blueprint("portable", __name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import search
+from ..retrieval import search
 from .common import body, svc
 
 bp = Blueprint("search", __name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from .. import sessions, summaries
+from ..story import sessions, summaries
 from ..errors import BadRequest
 from .common import body, path_id, svc
 

@@ -180,8 +180,8 @@ def seed_story(sidecar: Sidecar, avatar: str) -> None:
 def context_report(st: STPage, sidecar: Sidecar, avatar: str, context_tokens: int = 1100) -> dict:
     """A real report from the real assembler (server_plugin.assemble) over this chat's messages and
     Seraphina's memories, as POST /v1/context returns it; used while that route is being built."""
-    from server_plugin.assemble import Candidates, Card, Item, LastAction, Message, assemble
-    from server_plugin.tokens import get_counter
+    from server_plugin.core.assemble import Candidates, Card, Item, LastAction, Message, assemble
+    from server_plugin.core.tokens import get_counter
 
     chat = st.evaluate("() => SillyTavern.getContext().chat.map(m => ({id: m.extra?.chronicler_id, text: m.mes,"
                        " role: m.is_user ? 'user' : 'assistant', name: m.name}))")

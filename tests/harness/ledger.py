@@ -126,7 +126,7 @@ class Ledger:
 # --- checks of a database file ----------------------------------------------------------------
 def open_db(path: Path) -> Any:
     """A connection with sqlite-vec loaded (the module the server uses), without the server's pragmas."""
-    from server_plugin.db import sqlite3
+    from server_plugin.store.db import sqlite3
     import sqlite_vec
 
     conn = sqlite3.connect(str(path), isolation_level=None)
@@ -167,7 +167,7 @@ def store_problems(path: Path) -> list[str]:
     Opens the file as it is (a crashed store is recovered from its WAL by this open, as the
     server's own open would). Run it on a copy to leave the original untouched.
     """
-    from server_plugin import index
+    from server_plugin.retrieval import docs as index
 
     conn = open_db(path)
     try:

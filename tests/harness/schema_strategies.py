@@ -16,7 +16,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from server_plugin.schemas import SchemaSet, default_schemas
+from server_plugin.api.schemas import SchemaSet, default_schemas
 
 MAX_ITEMS = 4          # keep generated arrays small: the interesting part is what is in them
 MAX_TEXT = 40

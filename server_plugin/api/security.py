@@ -1,0 +1,213 @@
+"""Security by default: bearer token, exact Origin allowlist, Host check, JSON only, size and depth limits.
+
+Every request passes, in this order: Host (against DNS rebinding), Origin (exact allowlist; a CORS
+preflight from an allowed origin then goes on without a token, as browsers send it without
+credentials), the bearer token (except for GET /v1/health), then for bodies: size, content type,
+strict JSON (no NaN/Infinity, no duplicate keys, bounded nesting, valid Unicode). A refused request
+changes nothing (rule RV17).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import Any
+
+from flask import Flask, current_app, g, request
+
+from ..errors import BadRequest, Forbidden, PayloadTooLarge, Unauthorized, UnsupportedMediaType
+from ..settings import Settings
+
+TOKEN_FILE = "token"
+LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
+PUBLIC_PATHS = {"/v1/health"}
+BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+_MESSAGES_PATH = re.compile(r"/v1/chats/[^/]+/messages/?")
+
+
+# --- the token -------------------------------------------------------------------------------
+def ensure_token(settings: Settings) -> tuple[str, Path | None]:
+    """The bearer token and the file holding it (None when it came from settings/environment).
+
+    Created at first start: random, written with mode 0600 so other local users cannot read it.
+    """
+    if settings.token:
+        return settings.token, None
+    path = settings.data_path / TOKEN_FILE
+    if path.is_file():
+        token = path.read_text(encoding="utf-8").strip()
+        if token:
+            return token, path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(token + "\n")
+    os.chmod(path, 0o600)
+    return token, path
+
+
+def token_matches(header: str | None, token: str) -> bool:
+    """Constant-time check of an `Authorization: Bearer …` header."""
+    if not header or not header.startswith("Bearer "):
+        return False
+    return hmac.compare_digest(header[len("Bearer "):].strip().encode(), token.encode())
+
+
+# --- Host and Origin -------------------------------------------------------------------------
+def split_host(host: str) -> tuple[str, int | None]:
+    """'example.com:80' -> ('example.com', 80); '[::1]:7711' -> ('::1', 7711)."""
+    match = re.fullmatch(r"\[([^\]]+)\](?::(\d+))?|([^:\[\]]+)(?::(\d+))?", host.strip())
+    if not match:
+        return "", None
+    name = (match.group(1) or match.group(3) or "").lower()
+    port = match.group(2) or match.group(4)
+    return name, int(port) if port else None
+
+
+class Guard:
+    """The request checks, configured from settings; `ports` may be updated once the server binds."""
+
+    def __init__(self, settings: Settings, token: str) -> None:
+        self.settings = settings
+        self.token = token
+        self.origins = set(settings.origins)
+        names = set(LOOPBACK_NAMES)
+        if settings.host not in {"0.0.0.0", "::", ""}:
+            names.add(settings.host.lower())
+        self.host_names = names | {split_host(h)[0] for h in settings.allowed_hosts}
+        self.ports = {settings.port} if settings.port else set()
+
+    def check_host(self) -> None:
+        name, port = split_host(request.host or "")
+        if name not in self.host_names or (port is not None and self.ports and port not in self.ports):
+            raise Forbidden("host_not_allowed", f"Host {request.host!r} is not this sidecar's address; "
+                            "add it to allowed_hosts if you really reach it by that name.")
+
+    def check_origin(self) -> None:
+        origin = request.headers.get("Origin")
+        if origin is not None and origin not in self.origins:
+            raise Forbidden("origin_not_allowed", f"Origin {origin!r} is not allowed. Add it to the "
+                            "origins setting (CHRONICLER_ORIGINS) if it is your SillyTavern.")
+
+    def check_token(self) -> None:
+        if not token_matches(request.headers.get("Authorization"), self.token):
+            raise Unauthorized("unauthorized", "A valid 'Authorization: Bearer <token>' header is "
+                               "required; the token is in the sidecar's data folder.")
+
+    def body_limit(self) -> int:
+        if request.path.rstrip("/").endswith("/import"):
+            return int(self.settings.max_import_bytes)
+        if request.method == "POST" and _MESSAGES_PATH.fullmatch(request.path):
+            # A batch of long messages (100,000 characters each) must not turn into a 413.
+            return int(self.settings.max_messages_body_bytes)
+        return int(self.settings.max_body_bytes)
+
+    def read_body(self) -> None:
+        """Check size and type of a body and parse it into g.json_body (None when there is none)."""
+        g.json_body = None
+        limit = self.body_limit()
+        length = request.content_length
+        if length is not None and length > limit:
+            raise PayloadTooLarge("payload_too_large", f"The body has {length} bytes; at most {limit} "
+                                  "are accepted here.", [{"max_bytes": limit}])
+        raw = request.get_data(cache=True)
+        if len(raw) > limit:
+            raise PayloadTooLarge("payload_too_large", f"The body is larger than {limit} bytes.",
+                                  [{"max_bytes": limit}])
+        if not raw:
+            return
+        if request.mimetype != "application/json":
+            raise UnsupportedMediaType("unsupported_media_type", "Bodies must be sent as "
+                                       f"'Content-Type: application/json' (got {request.mimetype or 'none'!r}).")
+        charset = request.mimetype_params.get("charset", "utf-8").lower()
+        if charset not in {"utf-8", "utf8"}:
+            raise UnsupportedMediaType("unsupported_media_type", "JSON bodies must be UTF-8.")
+        g.json_body = parse_json(raw, int(self.settings.max_json_depth))
+
+
+# --- strict JSON -----------------------------------------------------------------------------
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKETS = re.compile(rb"[\[\]{}]")
+
+
+def json_depth(raw: bytes) -> int:
+    """Deepest nesting of arrays/objects, found without parsing (so a deep body cannot recurse)."""
+    depth = deepest = 0
+    for match in _BRACKETS.finditer(_STRING.sub(b'""', raw)):
+        if match.group() in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+SQLITE_INT_MIN, SQLITE_INT_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def sqlite_int(text: str) -> int:
+    """An integer that fits SQLite's 64 bits (a bigger one cannot be stored or compared there)."""
+    value = int(text)
+    if not SQLITE_INT_MIN <= value <= SQLITE_INT_MAX:
+        raise ValueError(f"the integer {text[:30]} is out of the 64-bit range")
+    return value
+
+
+def parse_json(raw: bytes, max_depth: int) -> Any:
+    """Parse a request body strictly, or raise BadRequest/PayloadTooLarge with a clear message."""
+    if json_depth(raw) > max_depth:
+        raise BadRequest("too_deep", f"The JSON body nests deeper than {max_depth} levels.",
+                         [{"max_depth": max_depth}])
+    try:
+        text = raw.decode("utf-8")
+        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates,
+                           parse_int=sqlite_int)
+        json.dumps(value, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be stored
+    except (UnicodeError, ValueError, RecursionError) as exc:
+        raise BadRequest("invalid_json", f"The body is not valid JSON: {exc}") from None
+    return value
+
+
+# --- wiring ----------------------------------------------------------------------------------
+def install(app: Flask, guard: Guard) -> None:
+    """Run the checks before every request, and add safe headers to every answer."""
+
+    @app.before_request
+    def _guard() -> None:
+        guard.check_host()
+        guard.check_origin()
+        if request.method == "OPTIONS":
+            # A preflight from an allowed origin: answer it here, even for a path no route (or no
+            # route with that method) serves, so the browser then sends the real request and reads
+            # our JSON 404/405 instead of failing as a network error. flask-cors adds its headers.
+            return current_app.make_default_options_response()
+        if request.path not in PUBLIC_PATHS:
+            guard.check_token()
+        if request.method in BODY_METHODS:
+            guard.read_body()
+        else:
+            g.json_body = None
+
+    @app.after_request
+    def _headers(response: Any) -> Any:
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Cache-Control"] = "no-store"
+        return response

@@ -1,0 +1,339 @@
+"""The search index: every searchable item as a `docs` row with its full-text entry, its vector and
+its passage vectors, all written in the same transaction as the item itself (SW6).
+
+Domain modules call `prepare()` before opening a write transaction (embedding takes milliseconds
+and must not hold the writer lock), then `put()` / `update_meta()` / `remove()` inside it, so the
+item, its text entry and its vectors are committed together or not at all.
+
+What a row holds (docs/search.md, section 2): the item's text, chat, speaker or owner, who knows it
+(`known_by`, SW9b), its place in the conversation (`session_key`, `position`), the message ids it
+cites, and what ranking needs from the text, computed here at write time: BM25 term counts of
+"[date] speaker: text", temporal cues and content length. The vector is of the text with the
+store's character names removed (MiniLM ranks by the names it sees), and `cast_version` records
+which names; long items also get one vector per passage.
+
+Every change bumps the store's docs revision (`search_meta.docs_rev`) and stamps the row with it (a
+deletion leaves a `docs_gone` row): search.py's in-memory index catches up by reading what is
+newer than the revision it holds, whichever process wrote it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import weakref
+from dataclasses import dataclass
+from datetime import date
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from . import ranking
+from ..store.db import Connection, Database, dumps, loads
+from .embeddings import Embedder
+
+MAX_PASSAGES = 16  # passage rowids are doc id * MAX_PASSAGES + n
+DEFAULT_PASSAGE_MIN_WORDS = 16  # setting search_passage_min_words
+MONTHS = "January February March April May June July August September October November December".split()
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A text and its vectors, computed outside the write transaction.
+
+    `vector` is the embedding of the text with character names removed (`ranking.dense_text`
+    with the store's cast of `cast_version`); `cast_version` -1 means the names were kept (the
+    caller gave a bare embedder), and search.py re-embeds such rows in the background.
+    """
+
+    text: str
+    vector: np.ndarray
+    passages: tuple[np.ndarray, ...] = ()
+    dense_hash: str = ""
+    cast_version: int = -1
+
+
+def dense_hash(text: str) -> str:
+    """A short fingerprint of the text that was embedded (re-embedding is needed when it changes)."""
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+
+
+# --- the cast (character names and aliases) --------------------------------------------------
+Names = list[tuple[str, list[str]]]  # (character id, its name and aliases)
+_CASTS: "weakref.WeakKeyDictionary[Database, tuple[int, Names, ranking.Cast]]" = weakref.WeakKeyDictionary()
+
+
+def cast_version(conn: Connection) -> int:
+    row = conn.execute("SELECT value FROM search_meta WHERE key='cast_version'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def load_names(conn: Connection) -> Names:
+    """Every character's name and aliases, by id."""
+    rows = conn.execute("SELECT id, name, aliases FROM characters ORDER BY id").fetchall()
+    return [(r[0], [r[1], *(loads(r[2]) or [])]) for r in rows]
+
+
+def _cached(db: Database) -> tuple[int, Names, ranking.Cast]:
+    conn = db.reader()
+    version = cast_version(conn)
+    cached = _CASTS.get(db)
+    if cached is None or cached[0] != version:
+        names = load_names(conn)
+        cached = _CASTS[db] = (version, names, ranking.Cast.build(names))
+    return cached
+
+
+def store_cast(db: Database) -> tuple[int, ranking.Cast]:
+    """The store's cast and its version (bumped by a trigger on every name or alias change)."""
+    version, _, cast = _cached(db)
+    return version, cast
+
+
+def store_names(db: Database) -> tuple[int, Names]:
+    """The characters' names and aliases behind `store_cast` (to build casts that prefer some)."""
+    version, names, _ = _cached(db)
+    return version, names
+
+
+# --- write time ------------------------------------------------------------------------------
+def prepare(source: Any, texts: Sequence[str], timeout: float | None = None) -> list[Prepared]:
+    """Embed texts (in one batch) for later `put()` calls.
+
+    `source` is the Services (names of the store's characters are taken out of the texts before
+    embedding) or a bare Embedder (names kept; the vectors are replaced in the background).
+    """
+    embedder, cast, version, min_words = _source(source)
+    if timeout is None:
+        timeout = float(source.embed_wait()) if hasattr(source, "embed_wait") else 60.0
+    dense = [t if cast is None else ranking.dense_text(t, cast) for t in texts]
+    parts = [ranking.chunks(d, min_words=min_words, max_chunks=MAX_PASSAGES) for d in dense]
+    extra = [p for ps in parts if len(ps) > 1 for p in ps]
+    vectors = embedder.embed(dense + extra, timeout=timeout) if texts else []
+    out, at = [], len(dense)
+    for i, text in enumerate(texts):
+        n = len(parts[i]) if len(parts[i]) > 1 else 0
+        out.append(Prepared(text, vectors[i], tuple(vectors[at:at + n]), dense_hash(dense[i]), version))
+        at += n
+    return out
+
+
+def _source(source: Any) -> tuple[Embedder, ranking.Cast | None, int, int]:
+    embedder = getattr(source, "embedder", None)
+    if embedder is None:
+        return source, None, -1, DEFAULT_PASSAGE_MIN_WORDS
+    version, cast = store_cast(source.db)
+    min_words = int(getattr(source.settings, "search_passage_min_words", DEFAULT_PASSAGE_MIN_WORDS))
+    return embedder, cast, version, min_words
+
+
+def day_label(created_at: str | None) -> str:
+    """'2023-05-08T13:56:00Z' -> '8 May 2023' (what a person would write; '' if unreadable)."""
+    try:
+        d = date.fromisoformat((created_at or "")[:10])
+    except ValueError:
+        return ""
+    return f"{d.day} {MONTHS[d.month - 1]} {d.year}"
+
+
+def derive(text: str, speaker_name: str | None, created_at: str | None) -> dict[str, Any]:
+    """What ranking reads from an item's text, computed once at write time."""
+    bm25_text = text if not speaker_name else f"[{day_label(created_at)}] {speaker_name}: {text}"
+    return {"terms": json.dumps(ranking.analyze(bm25_text), separators=(",", ":")),
+            "content_len": sum(ranking.analyze(text).values()),
+            "cues": ranking.temporal_cues(text)}
+
+
+def _bump(conn: Connection) -> int:
+    """The next docs revision (one writer at a time: revisions follow commit order)."""
+    return int(conn.execute("UPDATE search_meta SET value = value + 1 WHERE key='docs_rev'"
+                            " RETURNING value").fetchone()[0])
+
+
+def _blob(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+def _drop_vectors(conn: Connection, doc_id: int, passages: int) -> None:
+    conn.execute("DELETE FROM docs_fts WHERE rowid=?", (doc_id,))
+    conn.execute("DELETE FROM docs_vec WHERE rowid=?", (doc_id,))
+    conn.executemany("DELETE FROM docs_passages WHERE rowid=?",
+                     [(doc_id * MAX_PASSAGES + i,) for i in range(passages)])
+
+
+def _write_vectors(conn: Connection, doc_id: int, prepared: Prepared) -> None:
+    conn.execute("INSERT INTO docs_vec(rowid, embedding) VALUES (?,?)", (doc_id, _blob(prepared.vector)))
+    conn.executemany("INSERT INTO docs_passages(rowid, embedding) VALUES (?,?)",
+                     [(doc_id * MAX_PASSAGES + i, _blob(v)) for i, v in enumerate(prepared.passages)])
+
+
+def put(conn: Connection, kind: str, ref_id: str, prepared: Prepared, *, created_at: str,
+        chat_id: str | None = None, character_id: str | None = None,
+        known_by: Iterable[str] | None = None, session_key: str | None = None,
+        position: int | None = None, speaker_name: str | None = None,
+        importance: int | None = None, source_message_ids: Iterable[str] | None = None) -> int:
+    """Insert or replace the index entry of one item (every field as given); returns its doc id.
+
+    `character_id` is the message's speaker or the item's owner (the speaker prior of search);
+    `speaker_name` puts "[date] name:" before the text for BM25 (messages); `session_key` and
+    `position` place a message among its neighbours; `source_message_ids` are what a search
+    result of this item cites.
+    """
+    known = None if known_by is None else sorted(set(known_by))
+    sources = None if source_message_ids is None else list(dict.fromkeys(source_message_ids))
+    values = {"chat_id": chat_id, "character_id": character_id, "known_by": dumps(known),
+              "text": prepared.text, "created_at": created_at, "session_key": session_key,
+              "position": position, "speaker_name": speaker_name, "importance": importance,
+              "sources": dumps(sources), **derive(prepared.text, speaker_name, created_at),
+              "passages": len(prepared.passages), "dense_hash": prepared.dense_hash,
+              "cast_version": prepared.cast_version, "rev": _bump(conn)}
+    row = conn.execute("SELECT id, passages FROM docs WHERE kind=? AND ref_id=?", (kind, ref_id)).fetchone()
+    if row is None:
+        names = ", ".join(values)
+        doc_id = conn.execute(f"INSERT INTO docs(kind, ref_id, {names}) VALUES (?,?,{','.join('?' * len(values))})",
+                              (kind, ref_id, *values.values())).lastrowid
+    else:
+        doc_id = row[0]
+        _drop_vectors(conn, doc_id, row[1])
+        conn.execute(f"UPDATE docs SET {', '.join(f'{k}=?' for k in values)} WHERE id=?",
+                     (*values.values(), doc_id))
+    conn.execute("INSERT INTO docs_fts(rowid, text) VALUES (?,?)", (doc_id, prepared.text))
+    _write_vectors(conn, doc_id, prepared)
+    return doc_id
+
+
+META_FIELDS = ("chat_id", "character_id", "known_by", "session_key", "position", "speaker_name",
+               "importance", "source_message_ids", "created_at")
+
+
+def update_meta(conn: Connection, kind: str, ref_id: str, **fields: Any) -> None:
+    """Change who/where an item belongs to without re-embedding: any of `META_FIELDS`.
+
+    A new `speaker_name` or `created_at` re-derives the BM25 terms (they hold "[date] speaker:").
+    """
+    if not fields or set(fields) - set(META_FIELDS):
+        raise ValueError(f"update_meta takes {list(META_FIELDS)}")
+    row = conn.execute("SELECT id, text, speaker_name, created_at FROM docs WHERE kind=? AND ref_id=?",
+                       (kind, ref_id)).fetchone()
+    if row is None:
+        return
+    values: dict[str, Any] = {}
+    for key, value in fields.items():
+        if key == "known_by":
+            value = None if value is None else dumps(sorted(set(value)))
+        elif key == "source_message_ids":
+            key, value = "sources", None if value is None else dumps(list(dict.fromkeys(value)))
+        values[key] = value
+    if "speaker_name" in fields or "created_at" in fields:
+        values["terms"] = derive(row["text"], fields.get("speaker_name", row["speaker_name"]),
+                                 fields.get("created_at", row["created_at"]))["terms"]
+    values["rev"] = _bump(conn)
+    conn.execute(f"UPDATE docs SET {', '.join(f'{k}=?' for k in values)} WHERE id=?",
+                 (*values.values(), row["id"]))
+
+
+def remove(conn: Connection, kind: str, ref_ids: Iterable[str]) -> int:
+    """Delete the index entries of items; returns how many existed."""
+    removed = 0
+    for ref_id in ref_ids:
+        row = conn.execute("SELECT id, passages FROM docs WHERE kind=? AND ref_id=?", (kind, ref_id)).fetchone()
+        if row is None:
+            continue
+        _drop_vectors(conn, row[0], row[1])
+        conn.execute("DELETE FROM docs WHERE id=?", (row[0],))
+        conn.execute("INSERT OR REPLACE INTO docs_gone(id, rev) VALUES (?,?)", (row[0], _bump(conn)))
+        removed += 1
+    return removed
+
+
+def moved_chat(conn: Connection, old_id: str, new_id: str) -> None:
+    """After a chat rename moved every `chat_id` (conversation.rename_chat): its rows' session
+    keys (and ids made from them) follow, and they get a new revision so search sees the move."""
+    rev = _bump(conn)
+    rows = conn.execute("SELECT id, session_key, ref_id FROM docs WHERE chat_id=?", (new_id,)).fetchall()
+    for doc_id, key, ref_id in rows:
+        conn.execute("UPDATE docs SET session_key=?, ref_id=?, rev=? WHERE id=?",
+                     (_rechat(key, old_id, new_id), _rechat(ref_id, old_id, new_id), rev, doc_id))
+
+
+def _rechat(key: str | None, old_id: str, new_id: str) -> str | None:
+    """'<old chat>#<n>' -> '<new chat>#<n>' (session keys, session summaries' ids); others unchanged."""
+    if key is None or key.rpartition("#")[0] != old_id:
+        return key
+    return f"{new_id}#{key.rpartition('#')[2]}"
+
+
+def revision(conn: Connection) -> int:
+    """The store's docs revision: it grows with every put, update_meta and remove."""
+    row = conn.execute("SELECT value FROM search_meta WHERE key='docs_rev'").fetchone()
+    return int(row[0]) if row else 0
+
+
+# --- re-embedding (names changed, or a row prepared without the cast) -----------------------
+def replace_vectors(conn: Connection, doc_id: int, rev: int, prepared: Prepared) -> bool:
+    """Give an unchanged row (still at `rev`, same text) new vectors; False if it changed meanwhile."""
+    row = conn.execute("SELECT passages, text FROM docs WHERE id=? AND rev=?", (doc_id, rev)).fetchone()
+    if row is None or row[1] != prepared.text:
+        return False
+    conn.execute("DELETE FROM docs_vec WHERE rowid=?", (doc_id,))
+    conn.executemany("DELETE FROM docs_passages WHERE rowid=?",
+                     [(doc_id * MAX_PASSAGES + i,) for i in range(row[0])])
+    _write_vectors(conn, doc_id, prepared)
+    conn.execute("UPDATE docs SET passages=?, dense_hash=?, cast_version=?, rev=? WHERE id=?",
+                 (len(prepared.passages), prepared.dense_hash, prepared.cast_version, _bump(conn), doc_id))
+    return True
+
+
+def mark_cast(conn: Connection, doc_ids: Sequence[int], version: int) -> None:
+    """Rows whose embedded text is the same under the new cast: only their cast version moves
+    (no revision: nothing search holds in memory changes)."""
+    conn.executemany("UPDATE docs SET cast_version=? WHERE id=?", [(version, i) for i in doc_ids])
+
+
+def backfill(conn: Connection) -> None:
+    """Migration m003: BM25 terms, cues and message placement for rows indexed before it."""
+    rows = conn.execute(
+        "SELECT d.id, d.kind, d.text, d.created_at, m.name, m.role, m.position, m.session_n, m.chat_id, m.id"
+        " FROM docs d LEFT JOIN messages m ON d.kind='message' AND CAST(m.seq AS TEXT)=d.ref_id").fetchall()
+    for r in rows:
+        speaker = (r[4] or r[5]) if r[1] == "message" else None
+        session = None if r[8] is None else f"{r[8]}#{'' if r[7] is None else r[7]}"
+        sources = dumps([r[9]]) if r[9] is not None else None
+        values = {**derive(r[2], speaker, r[3]), "speaker_name": speaker, "position": r[6],
+                  "session_key": session, "rev": _bump(conn)}
+        if sources is not None:
+            values["sources"] = sources
+        conn.execute(f"UPDATE docs SET {', '.join(f'{k}=?' for k in values)} WHERE id=?",
+                     (*values.values(), r[0]))
+    conn.execute("UPDATE docs SET sources = (SELECT m.source_message_ids FROM memories m WHERE m.id = docs.ref_id)"
+                 " WHERE kind = 'memory'")
+
+
+# --- integrity -------------------------------------------------------------------------------
+def orphans(conn: Connection) -> dict[str, int]:
+    """Counts of broken index entries (docs without text entry or vectors, and the reverse).
+
+    Used by integrity checks and the crash tests: every count must be zero.
+    """
+    counts = {
+        "docs_without_fts": conn.execute(
+            "SELECT count(*) FROM docs WHERE id NOT IN (SELECT rowid FROM docs_fts)").fetchone()[0],
+        "docs_without_vec": conn.execute(
+            "SELECT count(*) FROM docs WHERE id NOT IN (SELECT rowid FROM docs_vec)").fetchone()[0],
+        "fts_without_doc": conn.execute(
+            "SELECT count(*) FROM docs_fts WHERE rowid NOT IN (SELECT id FROM docs)").fetchone()[0],
+        "vec_without_doc": conn.execute(
+            "SELECT count(*) FROM docs_vec WHERE rowid NOT IN (SELECT id FROM docs)").fetchone()[0],
+    }
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "docs_passages" not in tables:  # a store from before migration m003
+        return counts
+    held: dict[int, int] = {}
+    for (rowid,) in conn.execute("SELECT rowid FROM docs_passages"):
+        held[rowid // MAX_PASSAGES] = held.get(rowid // MAX_PASSAGES, 0) + 1
+    wanted = dict(conn.execute("SELECT id, passages FROM docs WHERE passages > 0").fetchall())
+    counts["passages_without_doc"] = sum(n for d, n in held.items() if d not in wanted)
+    counts["docs_missing_passages"] = sum(1 for d, n in wanted.items() if held.get(d, 0) != n)
+    counts["docs_without_terms"] = conn.execute(
+        "SELECT count(*) FROM docs WHERE terms = '{}' AND content_len > 0").fetchone()[0]
+    return counts

@@ -1,0 +1,463 @@
+"""Export and import of the whole store as one versioned JSON document (`GET /v1/export`,
+`POST /v1/import`, `chronicler export` / `chronicler import`).
+
+The document is the store, table by table, discovered from the database itself: a table added by
+a later migration is exported and imported without a line here. Format (version 1):
+
+    {"format": "chronicler-store", "format_version": 1, "migrations": [1, 2, ...],
+     "tables": {"<name>": {"columns": ["<col>", ...], "rows": [[<value>, ...], ...]}, ...}}
+
+- Every ordinary table is included, rows ordered by primary key (rowid where there is none), so
+  the same store always gives the same document. `schema_migrations` is the `migrations` list;
+  SQLite's own tables and the shadow tables of virtual tables are left out.
+- The search index is included, not rebuilt: `docs` (who knows each item, as it was when said)
+  and every virtual table by rowid — the full-text entries as text and the vectors as
+  `{"base64": …}` of their little-endian float32 bytes — so an import needs no embedding model
+  and is exact. Any BLOB value is written the same way; every other value is plain JSON.
+- Import checks the whole document before it touches the store (shape, format version, the
+  migration numbers equal to this store's, every table and column known, value types, NOT NULL,
+  duplicate keys, references), then writes it in ONE transaction with the triggers paused (the
+  rows are the document's, counters included), checks foreign keys and the index's integrity,
+  and commits — or rolls back and leaves the store exactly as it was.
+- Modes: "empty" (the default) imports only into a store holding no data; "replace" deletes
+  everything first and needs `confirm_replace: true`. Merging into a non-empty store is not
+  supported: ids from two stores would collide, and the document's rows would lose their meaning.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import tempfile
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from ..retrieval import docs as index
+from . import migrations
+from .db import Connection, Database
+from ..errors import Conflict, Unprocessable
+
+FORMAT = "chronicler-store"
+FORMAT_VERSION = 1
+MODES = ("empty", "replace")
+MAX_PROBLEMS = 20
+
+
+# --- what the store holds ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Table:
+    """One exported table, as read from the schema."""
+
+    name: str
+    columns: tuple[str, ...]
+    virtual: bool
+    order: tuple[str, ...]                      # ORDER BY of the export
+    affinity: dict[str, str] = field(default_factory=dict)   # column -> INTEGER/TEXT/REAL/ANY
+    required: frozenset[str] = frozenset()      # NOT NULL columns
+    key: tuple[str, ...] = ()                   # primary key (duplicates refused)
+    references: tuple[tuple[tuple[str, ...], str, tuple[str, ...]], ...] = ()  # declared FKs
+
+
+def _affinity(declared: str) -> str:
+    """SQLite's affinity rules, reduced to what a JSON value must be."""
+    upper = (declared or "").upper()
+    if "INT" in upper:
+        return "INTEGER"
+    if any(word in upper for word in ("CHAR", "CLOB", "TEXT")):
+        return "TEXT"
+    if any(word in upper for word in ("REAL", "FLOA", "DOUB")):
+        return "REAL"
+    return "ANY"
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _shadow_names(conn: Connection, virtual: list[str]) -> set[str]:
+    """Tables that store a virtual table's data (FTS5 and vec0 keep theirs in `<name>_…`)."""
+    listed = {r[1] for r in conn.execute("PRAGMA table_list") if r[2] == "shadow"}
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    return listed | {n for n in names for v in virtual if n.startswith(v + "_")}
+
+
+def _describe(conn: Connection, name: str, virtual: bool, sql: str = "") -> Table:
+    info = conn.execute(f"PRAGMA table_xinfo({_quote(name)})").fetchall()
+    if virtual:
+        if re.search(r"\bcontent\s*=", sql, re.I):
+            # A contentless or external-content FTS table returns no text to export: it would
+            # need a rebuild rule here, and silently exporting NULLs would lose the index.
+            raise RuntimeError(f"{name}: FTS tables with content= are not exportable as rows; "
+                               "give portable.py a rebuild rule for it")
+        # Hidden columns (fts5's rank, vec0's distance and k) are not data; the rowid is.
+        columns = ("rowid",) + tuple(r[1] for r in info if not r[6] and r[1] != "rowid")
+        return Table(name, columns, True, ("rowid",))
+    columns = tuple(r[1] for r in info if not r[6])
+    key = tuple(r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5]))
+    fks: dict[int, list[Any]] = {}
+    for r in conn.execute(f"PRAGMA foreign_key_list({_quote(name)})"):
+        fks.setdefault(r[0], []).append(r)
+    refs = tuple((tuple(r[3] for r in rows), rows[0][2], tuple(r[4] for r in rows))
+                 for rows in fks.values())
+    return Table(name, columns, False, key or ("rowid",),
+                 {r[1]: _affinity(r[2]) for r in info},
+                 frozenset(r[1] for r in info if r[3] and not r[5]), key, refs)
+
+
+def tables(conn: Connection) -> list[Table]:
+    """Every table the document carries, by name."""
+    rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type='table' ORDER BY name").fetchall()
+    virtual = [r[0] for r in rows if (r[1] or "").upper().startswith("CREATE VIRTUAL")]
+    skip = _shadow_names(conn, virtual) | {"schema_migrations"}
+    return [_describe(conn, r[0], r[0] in virtual, r[1] or "") for r in rows
+            if r[0] not in skip and not r[0].startswith("sqlite_")]
+
+
+@lru_cache(maxsize=8)
+def seeded_tables(numbers: tuple[int, ...]) -> frozenset[str]:
+    """Tables that hold rows right after migrating (counters): an 'empty' store may have those."""
+    with tempfile.TemporaryDirectory() as folder:
+        db = Database(Path(folder) / "fresh.sqlite3", synchronous="OFF")
+        try:
+            migrations.migrate(db)
+            conn = db.reader()
+            return frozenset(t.name for t in tables(conn)
+                             if conn.execute(f"SELECT 1 FROM {_quote(t.name)} LIMIT 1").fetchone())
+        finally:
+            db.close()
+
+
+# --- export ------------------------------------------------------------------------------------
+def _cell(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+    return value
+
+
+def export_store(db: Database) -> dict[str, Any]:
+    """The whole store as one document, read in one snapshot (see the module doc)."""
+    with db.read() as conn:
+        numbers = [r[0] for r in conn.execute("SELECT number FROM schema_migrations ORDER BY number")]
+        out: dict[str, Any] = {}
+        for table in tables(conn):
+            columns = ", ".join(_quote(c) for c in table.columns)
+            order = ", ".join(_quote(c) if c != "rowid" else "rowid" for c in table.order)
+            rows = conn.execute(f"SELECT {columns} FROM {_quote(table.name)} ORDER BY {order}")
+            out[table.name] = {"columns": list(table.columns),
+                               "rows": [[_cell(v) for v in row] for row in rows]}
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "migrations": numbers, "tables": out}
+
+
+def canonical(document: dict[str, Any]) -> bytes:
+    """The document's canonical JSON (sorted keys, no spaces, UTF-8): equal stores, equal bytes."""
+    return json.dumps(document, ensure_ascii=False, sort_keys=True, separators=(",", ":"),
+                      allow_nan=False).encode("utf-8")
+
+
+def write_file(document: dict[str, Any], out: Path) -> int:
+    """Write the document beside `out`, then rename it into place (private: mode 0600)."""
+    import os
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(out.name + ".part")
+    part.unlink(missing_ok=True)
+    data = canonical(document)
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(part, out)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    return len(data)
+
+
+# --- checking a document -----------------------------------------------------------------------
+class Problems:
+    """What is wrong with a document, collected (up to a bound) so the answer lists them all."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, str]] = []
+        self.count = 0
+
+    def add(self, path: str, message: str) -> None:
+        self.count += 1
+        if len(self.items) < MAX_PROBLEMS:
+            self.items.append({"path": path, "message": message})
+
+    def raise_if_any(self, what: str = "The import document is not valid") -> None:
+        if self.items:
+            first = self.items[0]
+            more = f" (and {self.count - 1} more)" if self.count > 1 else ""
+            raise Unprocessable("invalid_import", f"{what}: {first['path']}: {first['message']}{more}."
+                                " Nothing was imported.", self.items)
+
+
+def _value_ok(value: Any, affinity: str) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return (affinity in ("ANY",) and set(value) == {"base64"} and isinstance(value["base64"], str))
+    if isinstance(value, bool):
+        return False  # SQLite has no booleans: an export never holds one
+    if affinity == "INTEGER":
+        return isinstance(value, int)
+    if affinity == "TEXT":
+        return isinstance(value, str)
+    if affinity == "REAL":
+        return isinstance(value, (int, float))
+    return isinstance(value, (int, float, str))
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        return base64.b64decode(value["base64"], validate=True)
+    return value
+
+
+def check_header(document: Any, applied: list[int]) -> None:
+    """Format, version and migrations, before anything else is looked at."""
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise Unprocessable("invalid_import", f"This is not a Chronicler export (its 'format' must be "
+                            f"{FORMAT!r}). Nothing was imported.")
+    version = document.get("format_version")
+    if version != FORMAT_VERSION:
+        raise Unprocessable("unsupported_format_version", f"This export has format version {version!r};"
+                            f" this Chronicler reads version {FORMAT_VERSION}. Nothing was imported.",
+                            [{"format_version": version, "supported": [FORMAT_VERSION]}])
+    numbers = document.get("migrations")
+    if not isinstance(numbers, list) or not all(isinstance(n, int) and not isinstance(n, bool)
+                                                for n in numbers):
+        raise Unprocessable("invalid_import", "'migrations' must be a list of migration numbers.")
+    if numbers != applied:
+        newer = set(numbers) - set(applied)
+        advice = ("it comes from a newer Chronicler: update this one first" if newer else
+                  "it comes from an older Chronicler: import it there (or into a store of the same "
+                  "version), then start this version on that store so it migrates")
+        raise Conflict("migrations_mismatch", f"The export was made by a store with migrations "
+                       f"{numbers}; this store has {applied}: {advice}. Nothing was imported.",
+                       [{"document": numbers, "store": applied}])
+
+
+def check_document(document: dict[str, Any], known: list[Table]) -> dict[str, list[list[Any]]]:
+    """Every table and column known, every value of its column's type, required values present,
+    no duplicate keys, declared references satisfied within the document. Returns the rows by
+    table (values decoded)."""
+    problems = Problems()
+    by_name = {t.name: t for t in known}
+    given = document.get("tables")
+    if not isinstance(given, dict):
+        problems.add("/tables", "must be an object of tables")
+        problems.raise_if_any()
+    for name in sorted(set(given) - set(by_name)):
+        problems.add(f"/tables/{name}", "is not a table of this store")
+    for name in sorted(set(by_name) - set(given)):
+        problems.add(f"/tables/{name}", "is missing (an export of this version has every table)")
+    decoded: dict[str, list[list[Any]]] = {}
+    for name in sorted(set(given) & set(by_name)):
+        decoded[name] = _check_table(by_name[name], given[name], problems)
+    problems.raise_if_any()
+    _check_references(known, decoded, problems)
+    problems.raise_if_any()
+    return decoded
+
+
+def _check_table(table: Table, data: Any, problems: Problems) -> list[list[Any]]:
+    where = f"/tables/{table.name}"
+    if not isinstance(data, dict) or set(data) != {"columns", "rows"}:
+        problems.add(where, "must be an object with exactly 'columns' and 'rows'")
+        return []
+    columns, rows = data["columns"], data["rows"]
+    if columns != list(table.columns):
+        unknown = [c for c in columns if c not in table.columns] if isinstance(columns, list) else columns
+        problems.add(f"{where}/columns", f"must be {list(table.columns)}" +
+                     (f"; unknown: {unknown}" if unknown else ""))
+        return []
+    if not isinstance(rows, list):
+        problems.add(f"{where}/rows", "must be a list of rows")
+        return []
+    key_at = [columns.index(c) for c in table.key]
+    required_at = [i for i, c in enumerate(columns) if c in table.required or c in table.key]
+    kinds = [table.affinity.get(c, "ANY") for c in columns]
+    seen: set[tuple[Any, ...]] = set()
+    out: list[list[Any]] = []
+    for n, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != len(columns):
+            problems.add(f"{where}/rows/{n}", f"must be a list of {len(columns)} values")
+            continue
+        bad = [columns[i] for i, v in enumerate(row) if not _value_ok(v, kinds[i])]
+        bad += [columns[i] for i in required_at if row[i] is None and columns[i] != "rowid"]
+        if bad:
+            problems.add(f"{where}/rows/{n}", f"bad value for {sorted(set(bad))}")
+            continue
+        if key_at:
+            key = tuple(row[i] for i in key_at)
+            if key in seen:
+                problems.add(f"{where}/rows/{n}", f"repeats the key {dict(zip(table.key, key))}")
+            seen.add(key)
+        try:
+            out.append([_decode(v) for v in row])
+        except ValueError:
+            problems.add(f"{where}/rows/{n}", "holds a 'base64' value that is not base64")
+    return out
+
+
+# References no foreign key declares, but every store keeps: checked like declared ones.
+# (table, column, condition on the row or None) -> (target table, target column).
+Reference = tuple[str, str, Callable[[dict[str, Any]], bool] | None, str, str]
+REFERENCES: list[Reference] = [
+    ("docs", "ref_id", lambda r: r["kind"] == "memory", "memories", "id"),
+    ("docs", "ref_id", lambda r: r["kind"] == "message", "messages", "seq"),
+    ("messages", "chat_id", None, "chats", "id"),
+    ("summaries", "chat_id", None, "chats", "id"),
+    ("sessions", "chat_id", None, "chats", "id"),
+    ("notes", "chat_id", None, "chats", "id"),
+]
+
+
+def reference(table: str, column: str, target: str, target_column: str,
+              when: Callable[[dict[str, Any]], bool] | None = None) -> None:
+    """Register a reference an import must find satisfied (for a module's own tables)."""
+    entry = (table, column, when, target, target_column)
+    if entry not in REFERENCES:
+        REFERENCES.append(entry)
+
+
+def _check_references(known: list[Table], rows: dict[str, list[list[Any]]], problems: Problems) -> None:
+    by_name = {t.name: t for t in known}
+
+    def values(name: str, cols: Iterable[str]) -> set[tuple[Any, ...]]:
+        at = [by_name[name].columns.index(c) for c in cols]
+        return {tuple(str(r[i]) for i in at) for r in rows.get(name, [])}
+
+    checks = [(t.name, cols, None, target, tcols) for t in known for cols, target, tcols in t.references]
+    checks += [(t, (c,), when, target, (tc,)) for t, c, when, target, tc in REFERENCES
+               if t in by_name and target in by_name]
+    for name, cols, when, target, target_cols in checks:
+        if target not in by_name:
+            continue
+        targets = values(target, target_cols)
+        columns = by_name[name].columns
+        at = [columns.index(c) for c in cols]
+        for n, row in enumerate(rows.get(name, [])):
+            if when is not None and not when(dict(zip(columns, row))):
+                continue
+            key = tuple(row[i] for i in at)
+            if any(v is None for v in key):
+                continue
+            if tuple(str(v) for v in key) not in targets:
+                problems.add(f"/tables/{name}/rows/{n}",
+                             f"{'/'.join(cols)} {key[0] if len(key) == 1 else key!r} points at no "
+                             f"{target} row")
+
+
+# --- importing ---------------------------------------------------------------------------------
+def data_counts(conn: Connection, known: list[Table], seeded: frozenset[str]) -> dict[str, int]:
+    """Rows in each table that holds data (counters excluded), only the non-empty ones."""
+    out = {}
+    for t in known:
+        if t.name in seeded:
+            continue
+        n = conn.execute(f"SELECT count(*) FROM {_quote(t.name)}").fetchone()[0]
+        if n:
+            out[t.name] = n
+    return out
+
+
+def import_store(db: Database, document: Any, mode: str = "empty",
+                 confirm_replace: bool = False) -> dict[str, Any]:
+    """Check the whole document, then write it in one transaction (see the module doc).
+
+    Raises Unprocessable (422) for a document that is not valid here, Conflict (409) for
+    migrations that differ, a non-empty store in mode 'empty', or 'replace' without confirmation.
+    """
+    if mode not in MODES:
+        raise Unprocessable("invalid_import", f"mode must be one of {list(MODES)}, got {mode!r}.")
+    if mode == "replace" and confirm_replace is not True:
+        raise Conflict("confirmation_required", "Replacing the store deletes everything in it; send "
+                       "confirm_replace: true to do it. Nothing was imported.")
+    applied = migrations.applied(db)
+    check_header(document, applied)
+    seeded = seeded_tables(tuple(applied))
+    with db.read() as conn:
+        known = tables(conn)
+    rows = check_document(document, known)
+    with db.write() as conn:
+        present = data_counts(conn, known, seeded)
+        if present and mode == "empty":
+            held = ", ".join(f"{n} {name}" for name, n in sorted(present.items()))
+            raise Conflict("store_not_empty", f"This store already holds data ({held}). Import into "
+                           "an empty store, or send mode 'replace' with confirm_replace: true to "
+                           "replace everything; merging two stores is not supported. Nothing was "
+                           "imported.", [{"table": k, "rows": v} for k, v in sorted(present.items())])
+        _write(conn, known, rows, seeded)
+    counts = {t.name: len(rows[t.name]) for t in known if t.name not in seeded}
+    return {"mode": mode, "imported": counts, "replaced": present}
+
+
+def _write(conn: Connection, known: list[Table], rows: dict[str, list[list[Any]]],
+           seeded: frozenset[str]) -> None:
+    """Inside the write transaction: clear, pause triggers, insert, check, restore triggers."""
+    conn.execute("PRAGMA defer_foreign_keys=ON")  # checked once, at the end
+    triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type='trigger'").fetchall()
+    for name, _ in triggers:  # DDL is transactional: a rollback brings them back
+        conn.execute(f"DROP TRIGGER {_quote(name)}")
+    for table in known:
+        conn.execute(f"DELETE FROM {_quote(table.name)}")
+    for table in known:
+        if not rows[table.name]:
+            continue
+        marks = ", ".join("?" * len(table.columns))
+        sql = (f"INSERT INTO {_quote(table.name)}({', '.join(_quote(c) for c in table.columns)})"
+               f" VALUES ({marks})")
+        for n, row in enumerate(rows[table.name]):
+            try:
+                conn.execute(sql, row)
+            except Exception as exc:  # a CHECK, UNIQUE or vector-size failure: name the row
+                storage = Database._translate(exc)
+                if storage is not exc:  # a full disk or an I/O error is not the document's fault
+                    raise storage from exc
+                raise Unprocessable("invalid_import", f"/tables/{table.name}/rows/{n}: the store refused "
+                                    f"it: {exc}. Nothing was imported.",
+                                    [{"path": f"/tables/{table.name}/rows/{n}", "message": str(exc)}]) from exc
+    broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        raise Unprocessable("invalid_import", f"Rows point at rows that do not exist (first: table "
+                            f"{broken[0][0]}, row {broken[0][1]}, to {broken[0][2]}). Nothing was imported.",
+                            [{"table": r[0], "rowid": r[1], "parent": r[2]} for r in broken[:MAX_PROBLEMS]])
+    orphans = {k: v for k, v in index.orphans(conn).items() if v}
+    if orphans:
+        raise Unprocessable("invalid_import", f"The search index in the document is not whole: {orphans}"
+                            ". Nothing was imported.", [orphans])
+    for _, sql in triggers:
+        conn.execute(sql)
+
+
+# --- after an import, in a running sidecar -----------------------------------------------------
+Imported = Callable[[Any], None]
+_ON_IMPORTED: list[Imported] = []
+
+
+def on_imported(fn: Imported) -> Imported:
+    """Register what a running sidecar must redo after its store was replaced (an in-memory index,
+    a cache not keyed by `db.generation`); called with the Services after the commit."""
+    if fn not in _ON_IMPORTED:
+        _ON_IMPORTED.append(fn)
+    return fn
+
+
+def import_into(svc: Any, document: Any, mode: str = "empty", confirm_replace: bool = False) -> dict[str, Any]:
+    """`import_store` for a running sidecar: then drop its caches, run the registered hooks and
+    wake the job worker (the document's pending jobs resume)."""
+    result = import_store(svc.db, document, mode, confirm_replace)
+    svc.clear_caches()
+    for fn in list(_ON_IMPORTED):
+        fn(svc)
+    svc.jobs_wake.set()
+    return result

@@ -1,0 +1,80 @@
+"""Chats: their members, the memory switch (RV16) and the context size they were last built for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..store.db import Connection
+from ..errors import NotFound
+from ..services import Services
+
+
+def fetch(conn: Connection, chat_id: str) -> dict[str, Any] | None:
+    row = conn.execute("SELECT * FROM chats WHERE id=?", (chat_id,)).fetchone()
+    if row is None:
+        return None
+    members = [r[0] for r in conn.execute(
+        "SELECT character_id FROM chat_members WHERE chat_id=? ORDER BY position", (chat_id,))]
+    return {
+        "id": row["id"],
+        "title": row["title"],
+        "member_ids": members,
+        "memory_enabled": bool(row["memory_enabled"]),
+        "context_tokens": row["context_tokens"],
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+    }
+
+
+def get(svc: Services, chat_id: str) -> dict[str, Any]:
+    """One chat with its members, or NotFound."""
+    found = fetch(svc.db.reader(), chat_id)
+    if found is None:
+        raise NotFound("chat_not_found", f"No chat with id {chat_id!r}.")
+    return found
+
+
+def list_all(svc: Services) -> list[dict[str, Any]]:
+    conn = svc.db.reader()
+    ids = [r[0] for r in conn.execute("SELECT id FROM chats ORDER BY updated_at DESC, id")]
+    return [fetch(conn, i) for i in ids]  # type: ignore[misc]
+
+
+def put(svc: Services, chat_id: str, data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """Create or replace a chat's members, title and memory switch; returns it and 'created'.
+
+    A field left out keeps its stored value (as for characters): the panel can flip the memory
+    switch without resending the members, and the extension can resend members without the switch.
+    """
+    now = svc.clock.iso()
+    with svc.db.write() as conn:
+        existing = fetch(conn, chat_id)
+        members = list(dict.fromkeys(  # keep order, drop repeats
+            data.get("member_ids", existing["member_ids"] if existing else [])))
+        title = data.get("title", existing["title"] if existing else None)
+        enabled = int(data.get("memory_enabled", existing["memory_enabled"] if existing else True))
+        context_tokens = data.get("context_tokens", existing["context_tokens"] if existing else None)
+        if existing is None:
+            conn.execute("INSERT INTO chats(id, title, memory_enabled, context_tokens, created_at,"
+                         " updated_at) VALUES (?,?,?,?,?,?)",
+                         (chat_id, title, enabled, context_tokens, now, now))
+        else:
+            conn.execute("UPDATE chats SET title=?, memory_enabled=?, context_tokens=?, updated_at=?"
+                         " WHERE id=?", (title, enabled, context_tokens, now, chat_id))
+        conn.execute("DELETE FROM chat_members WHERE chat_id=?", (chat_id,))
+        conn.executemany("INSERT INTO chat_members(chat_id, character_id, position) VALUES (?,?,?)",
+                         [(chat_id, m, i) for i, m in enumerate(members)])
+        return fetch(conn, chat_id), existing is None  # type: ignore[return-value]
+
+
+def memory_enabled(conn: Connection, chat_id: str | None) -> bool:
+    """Rule RV16: False only for a known chat whose memory is switched off."""
+    if chat_id is None:
+        return True
+    row = conn.execute("SELECT memory_enabled FROM chats WHERE id=?", (chat_id,)).fetchone()
+    return row is None or bool(row[0])
+
+
+def members(conn: Connection, chat_id: str) -> list[str]:
+    return [r[0] for r in conn.execute(
+        "SELECT character_id FROM chat_members WHERE chat_id=? ORDER BY position", (chat_id,))]

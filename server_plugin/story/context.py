@@ -1,0 +1,440 @@
+"""The per-turn context (`POST /v1/context`): gather one speaker's candidates, assemble, remember.
+
+`build()` is one pass, in this order:
+1. the request as a `Turn`, the chat (404 if unknown) and its switches (RV16 memory, RV14 learning);
+2. the live window of the chat (history, RV2) and, from it and the last action, the texts of the
+   `card_scan_min_actions` latest actions: presence (SW1) is decided on those, before any budget;
+3. one small function per source, each returning `assemble` types already filtered for the
+   speaker (visibility.py decides; nothing here does): client texts, pinned memories (RV11),
+   sheets of present characters (SW1), story cards the speaker may know with their per-chat
+   statistics (QS5), open campaign notes (SW3), story summary parts (SW2), the memory bank
+   (QS8: the RV7 per-turn unpinned set ranked by cosine similarity to the last action, fused with
+   hybrid search results for the same action: older memories, character memories, scene and
+   session summaries, and messages that left the live window, as the speaker knows them, SW6/SW9b);
+4. `assemble()` — every budget rule lives there;
+5. `record_turn()`: the chat remembers `context_tokens` (for the live window of the compaction
+   after the turn, RV2); a new turn (not a swipe, a regenerate or a repeated call for the same
+   action) counts one use for each card whose triggers fired. Nothing is written when nothing
+   changed.
+
+Speed: what is stable between turns is cached — the cast and rendered sheets until a character
+changes, the parsed story cards until lore changes (per-table change counters, changes.py),
+memory vectors per memory version, token counts in tokens.py, the query vector in embeddings.py.
+The one query embedding (the last action) is computed first, in the request's own thread: on two
+cores a worker thread running it while the database is read made both slower (the model's own
+threads and the GIL contend), 44 ms against 27 ms sequential at p50 in bench/assemble_latency.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, fields
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..store import changes
+from . import characters, chats, conversation, lore, memories, notes, sessions, sheets, summaries
+from ..retrieval import search
+from . import sheet_drafts  # noqa: F401  (registers the session-end sheet drafts, SW1)
+from ..core.assemble import (Assembly, Candidates, Card, CardStats, Item, LastAction, Message,
+                             Rules, assemble, resolve_last_action, scan_texts)
+from ..store.db import Connection, loads
+from ..errors import NotFound, ServiceUnavailable
+from ..services import Services
+from ..core.triggers import CastMember, TriggerIndex, present_characters
+from ..retrieval.visibility import can_see
+
+# The smallest context size a chat records (shared_schema/chat.json): a smaller budget is still
+# assembled, but it is no model's real window and must not shrink the chat's live window (RV2).
+MIN_REMEMBERED_CONTEXT = 256
+
+# Generation types that re-run the current turn: they never count as a new use of a card.
+SAME_TURN_TYPES = frozenset({"swipe", "regenerate", "quiet", "impersonate"})
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One `POST /v1/context` request, with its defaults applied."""
+
+    chat_id: str
+    speaker_id: str
+    context_tokens: int
+    last_action: LastAction
+    present_ids: tuple[str, ...] = ()
+    generation_type: str = "normal"
+    memory_bank: bool = True
+    instructions: str = ""
+    plot_essentials: str = ""
+    authors_note: str = ""
+    front_memory: str = ""
+    history_as_text: bool = False
+
+    @classmethod
+    def from_request(cls, data: dict[str, Any]) -> "Turn":
+        action = data["last_action"]
+        return cls(
+            chat_id=data["chat_id"], speaker_id=data["speaker_id"],
+            context_tokens=int(data["context_tokens"]),
+            last_action=LastAction(action.get("text", ""), action.get("kind", "action"),
+                                   action.get("id")),
+            present_ids=tuple(data.get("present_ids", ())),
+            generation_type=data.get("generation_type", "normal"),
+            memory_bank=data.get("memory_bank", True),
+            **{k: data.get(k, "") for k in ("instructions", "plot_essentials", "authors_note",
+                                            "front_memory")},
+            history_as_text=data.get("history_as_text", False),
+        )
+
+
+def rules_from(settings: Any) -> Rules:
+    """The QS numbers from the settings table (same names as `Rules`' fields)."""
+    return Rules(**{f.name: int(getattr(settings, f.name)) for f in fields(Rules)})
+
+
+# --- what is read once per change (changes.py) ----------------------------------------------------
+
+@dataclass(frozen=True)
+class Cast:
+    """Every character (as `characters.to_dict` gives them) and their names for presence."""
+
+    by_id: dict[str, dict[str, Any]]
+    members: tuple[CastMember, ...]
+
+
+def cast(svc: Services) -> Cast:
+    """The whole cast, read once per change of the characters table."""
+    def read() -> Cast:
+        rows = [characters.to_dict(r)
+                for r in svc.db.reader().execute("SELECT * FROM characters ORDER BY id")]
+        return Cast({c["id"]: c for c in rows},
+                    tuple(CastMember(c["id"], c["name"], tuple(c["aliases"])) for c in rows))
+
+    return svc.cached("context_cast", changes.counter(svc, "characters"), read, size=2)
+
+
+@dataclass(frozen=True)
+class LoreCard:
+    card: Card
+    known_by: tuple[str, ...] | None
+
+
+def all_cards(svc: Services) -> tuple[LoreCard, ...]:
+    """Every enabled lore entry as a story card, read once per change of the lore table."""
+    def read() -> tuple[LoreCard, ...]:
+        rows = svc.db.reader().execute(
+            "SELECT id, title, text, triggers, always, known_by FROM lore WHERE enabled=1 ORDER BY id")
+        out = []
+        for r in rows:
+            known = loads(r["known_by"])
+            out.append(LoreCard(Card(r["id"], lore.index_text(r["title"], r["text"]),
+                                     tuple(loads(r["triggers"])), bool(r["always"])),
+                                None if known is None else tuple(known)))
+        return tuple(out)
+
+    return svc.cached("context_lore", changes.counter(svc, "lore"), read, size=2)
+
+
+# --- sources: one small function each ------------------------------------------------------------
+
+def history(svc: Services, chat: dict[str, Any], turn: Turn) -> list[Message]:
+    """The chat's live window for this context size (RV2), oldest -> newest."""
+    return [Message(m["id"], m["text"], m["role"], m["name"] or "")
+            for m in summaries.live_window(svc, chat["id"], turn.context_tokens)]
+
+
+def character_sheets(svc: Services, the_cast: Cast, present: dict[str, str],
+                     viewer_id: str) -> list[Item]:
+    """Sheets of the present characters that have one, in presence order, as the speaker may
+    read them (secrets filtered by visibility.knows_secret inside sheets.render)."""
+    gen = changes.counter(svc, "characters")
+    items = []
+    for character_id in present:
+        character = the_cast.by_id.get(character_id)
+        if character is not None:
+            text = svc.cached("context_sheet", (gen, character_id, viewer_id),
+                              lambda c=character: sheets.render(c, viewer_id), size=4096)
+            items.append(Item(character_id, text))
+    return items
+
+
+def card_index(svc: Services) -> TriggerIndex:
+    """Every enabled card's triggers by word, built once per change of the lore table."""
+    return svc.cached("context_card_index", changes.counter(svc, "lore"), lambda: TriggerIndex(
+        (c.card.id, c.card.triggers) for c in all_cards(svc)), size=2)
+
+
+def story_cards(svc: Services, viewer_id: str, texts: Sequence[str]) -> list[Card]:
+    """The enabled story cards the speaker may know (SW9b) that could fire in `texts` (every
+    text any scan window may hold) or need no trigger. The assembler decides which fire: this
+    only spares it (and the report) hundreds of cards none of whose trigger words occur."""
+    def visible() -> list[Card]:
+        return [c.card for c in all_cards(svc) if can_see(viewer_id, c.known_by)]
+
+    cards = svc.cached("context_cards_for", (changes.counter(svc, "lore"), viewer_id), visible, size=256)
+    candidates = card_index(svc).candidates(texts)
+    return [c for c in cards if c.always or c.id in candidates]
+
+
+def card_stats(conn: Connection, chat_id: str, cards: Sequence[Card]) -> dict[str, CardStats]:
+    """QS5's per-chat statistics of these cards: `last_used` is the turn the card last fired in."""
+    return {k: CardStats(last_used=float(turn), uses=uses)
+            for k, (uses, turn) in lore.chat_stats(conn, chat_id, [c.id for c in cards]).items()}
+
+
+def campaign_notes(svc: Services, chat_id: str) -> list[Item]:
+    """The chat's open campaign notes, most pressing first (SW3)."""
+    return [Item(n["id"], n["text"]) for n in notes.open_notes(svc, chat_id)]
+
+
+def story_summary(svc: Services, chat_id: str) -> list[Item]:
+    """The latest full session summary, the 5 previous short ones, then the long-term,
+    consolidated and recent summaries (SW2, RV3), in sessions.story_summary_parts' order."""
+    def read() -> list[Item]:
+        return [Item(p["id"], p["text"] or "") for p in sessions.story_summary_parts(svc, chat_id)]
+    # Hundreds of sessions' summaries are read again only when one of them changes.
+    return list(svc.cached("context_story_summary", (chat_id, changes.counter(svc, "summaries")), read, size=8))
+
+
+@dataclass(frozen=True)
+class SavedMemories:
+    pinned: list[Item]
+    unpinned: list[dict[str, Any]]  # newest first (RV7)
+
+
+def saved_memories(svc: Services, chat: dict[str, Any], turn: Turn) -> SavedMemories:
+    """The speaker's per-turn set (RV5, RV7, SW9b); none when memory is off (RV16) or the speaker
+    does not learn from chat (RV14) — memories.for_turn applies both."""
+    if not chat["memory_enabled"]:
+        return SavedMemories([], [])
+    chosen = memories.for_turn(svc, chat["id"], turn.speaker_id)["memories"]
+    return SavedMemories([Item(m["id"], m["text"]) for m in chosen if m["pinned"]],
+                         [m for m in chosen if not m["pinned"]])
+
+
+def memory_bank(svc: Services, query: np.ndarray | None,
+                unpinned: Sequence[dict[str, Any]], found: Sequence[Item] = ()) -> list[Item]:
+    """QS8: the per-turn unpinned memories ranked by cosine similarity to the last action (ties
+    and a missing query keep newest first), fused with search's results (`found`, best first) by
+    reciprocal rank: an item both lists rank high comes first, and either list alone still counts."""
+    items = [Item(m["id"], m["text"]) for m in unpinned]
+    if query is not None and items:
+        vectors = memory_vectors(svc, unpinned)
+        scores = {m["id"]: float(np.dot(vectors[(m["id"], m["version"])], query))
+                  for m in unpinned if (m["id"], m["version"]) in vectors}
+        order = {item.id: n for n, item in enumerate(items)}
+        items = sorted(items, key=lambda i: (-scores.get(i.id, -1.0), order[i.id]))
+    if not found:
+        return items
+    fused: dict[str, float] = {}
+    texts: dict[str, str] = {}
+    for ranked in (items, found):
+        for rank, item in enumerate(ranked):
+            fused[item.id] = fused.get(item.id, 0.0) + 1.0 / (RRF_K + rank)
+            texts.setdefault(item.id, item.text)
+    first = {item_id: n for n, item_id in enumerate(texts)}
+    return [Item(i, texts[i]) for i in sorted(texts, key=lambda i: (-fused[i], first[i]))]
+
+
+RRF_K = 60  # the usual reciprocal-rank constant: ranks far down either list add little
+BANK_KINDS = ("memory", "character_memory", "scene_summary", "session_summary", "message")
+
+
+def bank_search(svc: Services, chat: dict[str, Any], turn: Turn, text: str, vector: np.ndarray,
+                messages: Sequence[Message], held: Sequence[Item]) -> list[Item]:
+    """Search's candidates for the memory bank (QS8, SW6): the `memory_bank_search_results` best
+    items for the last action that the speaker knows (SW9b) in this chat or in none, minus what
+    the context already holds (`held`: pinned memories and the story summary's sessions; the
+    live window's messages). Saved memories come from the scopes of this chat (RV5) as in the
+    per-turn set. Empty while the index is still being built in the background: a turn does
+    not wait for it."""
+    k = int(svc.settings.memory_bank_search_results)
+    state = search.state_of(svc)
+    if k <= 0 or not text.strip() or (state.thread is not None and not state.ready.is_set()):
+        return []
+    try:
+        results = search.search(svc, query_text(text), viewer_id=turn.speaker_id,
+                                chat_id=chat["id"], kinds=BANK_KINDS, k=k, vector=vector)
+    except ServiceUnavailable:
+        return []
+    live = {m.id for m in messages}
+    held_ids = {item.id for item in held}
+    scopes = {turn.speaker_id, *chat["member_ids"]}
+    names = speaker_names(svc.db.reader(), chat["id"],
+                          [r["id"] for r in results if r["kind"] == "message"])
+    found = []
+    for r in results:
+        if r["kind"] == "memory":
+            if r["id"] not in held_ids and (r["character_id"] is None or r["character_id"] in scopes):
+                found.append(Item(r["id"], r["text"]))
+        elif r["kind"] == "message":
+            if r["id"] not in live:
+                found.append(Item(f"message:{r['id']}", f"{names.get(r['id'], 'Someone')}: {r['text']}"))
+        elif r["kind"] == "session_summary":
+            n = r["id"].rpartition("#")[2]
+            if f"session:{n}:full" not in held_ids and f"session:{n}:short" not in held_ids:
+                found.append(Item(f"session_summary:{r['id']}", r["text"]))
+        else:
+            found.append(Item(f"{r['kind']}:{r['id']}", r["text"]))
+    return found
+
+
+def speaker_names(conn: Connection, chat_id: str, message_ids: Sequence[str]) -> dict[str, str]:
+    """The speaker's name (or role) of some messages of a chat, by message id."""
+    if not message_ids:
+        return {}
+    marks = ",".join("?" * len(message_ids))
+    return {r[0]: r[1] or r[2] for r in conn.execute(
+        f"SELECT id, name, role FROM messages WHERE chat_id=? AND id IN ({marks})", [chat_id, *message_ids])}
+
+
+def memory_vectors(svc: Services, chosen: Sequence[dict[str, Any]]) -> dict[tuple[str, int], np.ndarray]:
+    """The stored unit vectors of memories, by (id, version): read from the index once per
+    version and kept (the per-turn set changes little from turn to turn)."""
+    cache = svc.cached("context_vectors", "memory", dict, size=1)
+    wanted = [(m["id"], m["version"]) for m in chosen]
+    found = {key: cache.get(key) for key in wanted}
+    missing = [key for key, vector in found.items() if vector is None]
+    if missing:
+        if len(cache) + len(missing) > VECTOR_CACHE_SIZE:
+            cache.clear()  # old versions and forgotten memories: start over
+        versions = dict(missing)
+        for ref_id, vector in stored_vectors(svc.db.reader(), "memory", list(versions)).items():
+            cache[(ref_id, versions[ref_id])] = found[(ref_id, versions[ref_id])] = vector
+    return {key: vector for key, vector in found.items() if vector is not None}
+
+
+VECTOR_CACHE_SIZE = 20000  # 30 MB of 384-float vectors at most
+
+
+def stored_vectors(conn: Connection, kind: str, ref_ids: Sequence[str]) -> dict[str, np.ndarray]:
+    """The index's vectors of some items (by kind and ref id)."""
+    marks = ",".join("?" * len(ref_ids))
+    rows = conn.execute(
+        f"SELECT d.ref_id, v.embedding FROM docs d JOIN docs_vec v ON v.rowid = d.id"
+        f" WHERE d.kind=? AND d.ref_id IN ({marks})", [kind, *ref_ids])
+    return {ref: np.frombuffer(blob, dtype=np.float32) for ref, blob in rows}
+
+
+# --- the turn -------------------------------------------------------------------------------------
+
+def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
+    """Assemble one turn's context for the speaker; the `POST /v1/context` response."""
+    turn = Turn.from_request(data)
+    rules = rules_from(svc.settings)
+    # The one slow step, first: an action's own text is the query (QS8); a Continue's is the
+    # model's last output, known once the live window is read.
+    action = turn.last_action
+    query = query_vector(svc, action.text, turn.chat_id) if turn.memory_bank and action.kind == "action" else None
+    conn = svc.db.reader()
+    chat = chats.fetch(conn, turn.chat_id)
+    if chat is None:
+        raise NotFound("chat_not_found", f"No chat with id {turn.chat_id!r}; register it with "
+                       "PUT /v1/chats/{id}.")
+    messages = history(svc, chat, turn)
+    last, _ = resolve_last_action(messages, turn.last_action)
+    bank_on = turn.memory_bank and chat["memory_enabled"]
+    if not bank_on:
+        query = None
+    elif query is None and last is not None:
+        query = query_vector(svc, last.text, turn.chat_id)
+
+    the_cast = cast(svc)
+    present = present_characters(the_cast.members,
+                                 scan_texts(messages, turn.last_action, rules.card_scan_min_actions),
+                                 turn.speaker_id, chat["member_ids"], turn.present_ids)
+    saved = saved_memories(svc, chat, turn)
+    summary = story_summary(svc, chat["id"])
+    found = (bank_search(svc, chat, turn, last.text if last is not None else action.text, query,
+                         messages, [*summary, *saved.pinned])
+             if query is not None and characters.learning_enabled(conn, turn.speaker_id) else [])
+    cards = story_cards(svc, turn.speaker_id,
+                        [m.text for m in messages] + ([last.text] if last is not None else []))
+    candidates = Candidates(
+        last_action=turn.last_action, messages=messages,
+        instructions=turn.instructions, plot_essentials=turn.plot_essentials,
+        authors_note=turn.authors_note, front_memory=turn.front_memory,
+        story_summary=summary,
+        pinned_memories=saved.pinned,
+        character_sheets=character_sheets(svc, the_cast, present, turn.speaker_id),
+        campaign_notes=campaign_notes(svc, chat["id"]),
+        story_cards=cards,
+        card_stats=card_stats(conn, chat["id"], cards),
+        # With the bank off, the per-turn set still goes in, unranked, so the report shows it
+        # left out for that reason (`memory_bank_off`).
+        memory_bank=memory_bank(svc, query, saved.unpinned, found),
+        memory_bank_enabled=bank_on,
+    )
+    out = assemble(candidates, turn.context_tokens, svc.tokens, rules=rules,
+                   history_as_text=turn.history_as_text)
+    record_turn(svc, chat, turn, last, out)
+    result = out.to_dict()
+    result["report"]["present"] = present
+    return result
+
+
+QUERY_MAX_CHARS = 1000  # MiniLM reads ~256 word pieces; the end of a long action is its point
+
+
+def query_text(text: str) -> str:
+    """The memory bank's query text: a long action's end, from a whole word."""
+    text = text.strip()
+    if len(text) > QUERY_MAX_CHARS:
+        cut = text[-QUERY_MAX_CHARS:]
+        text = cut.split(None, 1)[-1] if " " in cut else cut
+    return text
+
+
+def query_vector(svc: Services, text: str, chat_id: str) -> np.ndarray | None:
+    """The memory bank's one query embedding, search's own (names read with the chat's cast), so
+    the per-turn memories and search rank against the same vector (None: nothing to rank by, or
+    the model is still loading — then the bank keeps newest first and searches nothing rather
+    than hold up the turn)."""
+    text = query_text(text)
+    if not text or not svc.embedder.ready:
+        return None
+    return search.query_vector(svc, text, chat_id)
+
+
+def action_key(turn: Turn, last: Message | None) -> str:
+    """What identifies the action a turn answers: its message id, else a hash of its text."""
+    if last is not None and last.id:
+        return "id:" + last.id
+    text = last.text if last is not None else ""
+    return "text:" + hashlib.sha1(f"{turn.last_action.kind}\0{text}".encode()).hexdigest()
+
+
+def record_turn(svc: Services, chat: dict[str, Any], turn: Turn, last: Message | None,
+                out: Assembly) -> None:
+    """Remember `context_tokens` (RV2) and, on a new turn, count the cards that fired (QS5)."""
+    if turn.context_tokens >= MIN_REMEMBERED_CONTEXT:
+        summaries.remember_context_tokens(svc, chat["id"], turn.context_tokens)  # on change only
+    key = action_key(turn, last)
+    if turn.generation_type in SAME_TURN_TYPES:
+        return
+    state = svc.db.reader().execute("SELECT action_key FROM context_turns WHERE chat_id=?",
+                                    (chat["id"],)).fetchone()
+    if state is not None and state["action_key"] == key:
+        return  # the same action asked again: not a new turn
+    now = svc.clock.iso()
+    # Soft state (statistics): committed without waiting for the disk.
+    with svc.db.write(durable=False) as conn:
+        row = conn.execute("SELECT turn, action_key FROM context_turns WHERE chat_id=?",
+                           (chat["id"],)).fetchone()
+        if row is not None and row["action_key"] == key:
+            return  # another request counted this action meanwhile
+        number = (row["turn"] if row else 0) + 1
+        conn.execute("INSERT INTO context_turns(chat_id, turn, action_key, updated_at) VALUES (?,?,?,?)"
+                     " ON CONFLICT(chat_id) DO UPDATE SET turn=excluded.turn,"
+                     " action_key=excluded.action_key, updated_at=excluded.updated_at",
+                     (chat["id"], number, key, now))
+        lore.record_fired(conn, chat["id"], list(out.fired_triggers), number, now)
+
+
+@conversation.on_chat_deleted
+def _forget_chat(svc: Services, conn: Connection, chat_id: str) -> dict[str, int]:
+    """A deleted chat takes its card statistics and turn counter with it (a rename moves them:
+    conversation.rename_chat rewrites every `chat_id` column)."""
+    return {"lore_stats": conn.execute("DELETE FROM lore_stats WHERE chat_id=?", (chat_id,)).rowcount,
+            "context_turns": conn.execute("DELETE FROM context_turns WHERE chat_id=?",
+                                          (chat_id,)).rowcount}

@@ -1,0 +1,175 @@
+"""A chat's conversation as a whole: what a message write, a delete, a rename or a rollback sets off.
+
+`ingest` is the one entry point for new and edited messages: it stores the batch and its search
+entries (messages.py), opens and closes sessions (sessions.py, SW2), marks summaries of edited
+messages stale and compacts what left the live window (summaries.py, RV2/RV3), all in one write
+transaction; the jobs it enqueues run later (a reply never waits for a job).
+
+Other modules that derive things from messages register here, so a delete removes what was derived
+only from the deleted messages and a chat delete removes the chat's derived rows:
+`on_messages_deleted(fn)` with fn(svc, conn, chat_id, message_ids) -> {kind: count} | None, and
+`on_chat_deleted(fn)` with fn(svc, conn, chat_id) -> {kind: count} | None. Both run inside the
+deleting transaction. `on_messages_edited(fn)` with fn(svc, conn, chat_id, rows) (the edited rows,
+new text) runs inside the ingesting transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from . import chats, deep_memory, memories, messages, notes, sessions, summaries
+from ..retrieval import docs
+from ..jobs import queue
+from ..store.db import Connection, loads
+from ..errors import Conflict, NotFound, PayloadTooLarge
+from ..services import Services
+
+MessagesDeleted = Callable[[Services, Connection, str, list[str]], "dict[str, int] | None"]
+ChatDeleted = Callable[[Services, Connection, str], "dict[str, int] | None"]
+MessagesEdited = Callable[[Services, Connection, str, list[Any]], None]
+_ON_MESSAGES_DELETED: list[MessagesDeleted] = []
+_ON_CHAT_DELETED: list[ChatDeleted] = []
+_ON_MESSAGES_EDITED: list[MessagesEdited] = []
+
+
+def on_messages_deleted(fn: MessagesDeleted) -> MessagesDeleted:
+    """Register what to remove when messages are deleted (may be used as a decorator)."""
+    if fn not in _ON_MESSAGES_DELETED:
+        _ON_MESSAGES_DELETED.append(fn)
+    return fn
+
+
+def on_messages_edited(fn: MessagesEdited) -> MessagesEdited:
+    """Register what to check when messages' texts change (may be used as a decorator)."""
+    if fn not in _ON_MESSAGES_EDITED:
+        _ON_MESSAGES_EDITED.append(fn)
+    return fn
+
+
+def on_chat_deleted(fn: ChatDeleted) -> ChatDeleted:
+    """Register what to remove when a chat is deleted (may be used as a decorator)."""
+    if fn not in _ON_CHAT_DELETED:
+        _ON_CHAT_DELETED.append(fn)
+    return fn
+
+
+def _merge_counts(total: dict[str, int], part: dict[str, int] | None) -> None:
+    for key, value in (part or {}).items():
+        total[key] = total.get(key, 0) + value
+
+
+# --- writing messages ------------------------------------------------------------------------
+def ingest(svc: Services, chat_id: str, raw: list[dict[str, Any]]) -> dict[str, Any]:
+    """Upsert a batch of messages (idempotent by id) and everything that follows from it."""
+    limit = int(svc.settings.messages_per_batch)
+    if len(raw) > limit:
+        raise PayloadTooLarge("too_many_messages", f"A batch holds at most {limit} messages; this one "
+                              f"has {len(raw)}. Send them in several batches.", [{"max": limit}])
+    chat = chats.get(svc, chat_id)
+    if not chat["memory_enabled"]:  # RV16: a chat with memory off keeps nothing
+        return {**_outcome(chat_id, None), "memory_enabled": False, "stored": False}
+    batch = messages.normalise(svc, raw)
+    vectors = {p.text: p for p in docs.prepare(
+        svc, messages.texts_to_embed(svc.db.reader(), chat_id, batch), svc.embed_wait())}
+    with svc.db.write() as conn:
+        chat = chats.fetch(conn, chat_id)
+        if chat is None:
+            raise NotFound("chat_not_found", f"No chat with id {chat_id!r}; register it first.")
+        changes = messages.upsert(svc, conn, chat_id, chat["member_ids"], batch, vectors)
+        ended = sessions.place(svc, conn, chat_id, changes.inserted)
+        sessions.mark_stale(conn, chat_id, changes.edited)
+        if changes.edited:
+            for fn in list(_ON_MESSAGES_EDITED):
+                fn(svc, conn, chat_id, changes.edited)
+        enqueued = summaries.after_write(svc, conn, chat_id, changes)
+    return {**_outcome(chat_id, changes), "memory_enabled": True, "stored": True,
+            "sessions_ended": ended, "jobs_enqueued": enqueued}
+
+
+def _outcome(chat_id: str, changes: messages.Changes | None) -> dict[str, Any]:
+    c = changes or messages.Changes()
+    return {"chat_id": chat_id, "inserted": len(c.inserted), "edited": len(c.edited),
+            "updated": len(c.updated), "unchanged": len(c.unchanged), "truncated_ids": c.truncated,
+            "sessions_ended": [], "jobs_enqueued": 0}
+
+
+# --- deleting --------------------------------------------------------------------------------
+def _forget_memories(svc: Services, conn: Connection, chat_id: str, gone: set[str]) -> int:
+    """Unpinned memories this chat derived only from deleted messages go with them (never pinned
+    ones, RV11, and never a person's)."""
+    rows = conn.execute("SELECT id, source_message_ids FROM memories WHERE chat_id=? AND pinned=0 AND"
+                        " actor != 'user' AND source_message_ids != '[]'", (chat_id,)).fetchall()
+    doomed = [r["id"] for r in rows if set(loads(r["source_message_ids"])) <= gone]
+    for memory_id in doomed:
+        memories.delete(svc, memory_id, "background")
+    return len(doomed)
+
+
+def delete_message(svc: Services, chat_id: str, message_id: str) -> dict[str, Any]:
+    """Delete one message and what was derived only from it (summaries, memories, …)."""
+    chats.get(svc, chat_id)
+    with svc.db.write() as conn:
+        row = messages.get_row(conn, chat_id, message_id)
+        removed = {"messages": messages.delete_rows(conn, [row])}
+        removed["summaries"] = summaries.forget_messages(svc, conn, chat_id, [row])
+        sessions.mark_stale(conn, chat_id, [row])
+        removed["memories"] = _forget_memories(svc, conn, chat_id, {message_id})
+        for fn in list(_ON_MESSAGES_DELETED):
+            _merge_counts(removed, fn(svc, conn, chat_id, [message_id]))
+    return {"deleted": message_id, "chat_id": chat_id, "removed": removed}
+
+
+def delete_chat(svc: Services, chat_id: str) -> dict[str, Any]:
+    """Delete a chat with its messages and what was derived from them; saved memories stay
+    (they belong to characters, RV4)."""
+    with svc.db.write() as conn:
+        if chats.fetch(conn, chat_id) is None:
+            raise NotFound("chat_not_found", f"No chat with id {chat_id!r}.")
+        removed = {"messages": messages.delete_chat(conn, chat_id),
+                   "summaries": summaries.delete_for_chat(conn, chat_id),
+                   "sessions": sessions.delete_for_chat(conn, chat_id),
+                   "notes": notes.delete_for_chat(conn, chat_id),
+                   "jobs": queue.delete_for_chat(conn, chat_id)}
+        for fn in list(_ON_CHAT_DELETED):
+            _merge_counts(removed, fn(svc, conn, chat_id))
+        conn.execute("DELETE FROM chats WHERE id=?", (chat_id,))  # members go by ON DELETE CASCADE
+    return {"deleted": chat_id, "removed": removed}
+
+
+def rename_chat(svc: Services, chat_id: str, new_id: str) -> dict[str, Any]:
+    """SillyTavern renamed a chat file: move everything keyed by the old chat id to the new one.
+
+    Every table with a `chat_id` column follows (those of other modules too, and memories'
+    provenance, so a later rollback still finds them).
+    """
+    with svc.db.write() as conn:
+        if chats.fetch(conn, chat_id) is None:
+            raise NotFound("chat_not_found", f"No chat with id {chat_id!r}.")
+        if new_id == chat_id:
+            return chats.fetch(conn, chat_id)  # type: ignore[return-value]
+        if chats.fetch(conn, new_id) is not None:
+            raise Conflict("chat_exists", f"A chat with id {new_id!r} already exists.")
+        conn.execute("PRAGMA defer_foreign_keys=ON")  # chat_members points at chats(id)
+        conn.execute("UPDATE chats SET id=?, updated_at=? WHERE id=?", (new_id, svc.clock.iso(), chat_id))
+        for table in _tables_with_chat_id(conn):
+            conn.execute(f'UPDATE "{table}" SET chat_id=? WHERE chat_id=?', (new_id, chat_id))
+        docs.moved_chat(conn, chat_id, new_id)
+        return chats.fetch(conn, new_id)  # type: ignore[return-value]
+
+
+def _tables_with_chat_id(conn: Connection) -> list[str]:
+    tables = [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type='table' AND sql NOT LIKE 'CREATE VIRTUAL%'")]
+    return [t for t in tables
+            if any(col[1] == "chat_id" for col in conn.execute(f'PRAGMA table_info("{t}")'))]
+
+
+# --- rollback (RV10) -------------------------------------------------------------------------
+def rollback_turn(svc: Services, conn: Connection, chat_id: str, turn_id: str) -> dict[str, int]:
+    """What a regenerated turn's jobs wrote, and its jobs: summaries, notes, queued work."""
+    gone = queue.rollback_turn(conn, chat_id, turn_id)  # first: a late result is then discarded
+    deep_memory.release(conn, gone)
+    removed: dict[str, int] = {"jobs": len(gone)}
+    _merge_counts(removed, summaries.rollback_turn(svc, conn, chat_id, turn_id))
+    _merge_counts(removed, notes.rollback_turn(conn, chat_id, turn_id))
+    return removed

@@ -1,0 +1,134 @@
+"""Deep memory (rule RV13): right after a compaction, re-read what left the live window and file
+its durable facts (RV18: names, birthdays, allergies, promises — not moods or plot) as memories.
+
+Bounded: only once `deep_memory_min_new_messages` summarised messages have not been read yet; one
+run reads at most `deep_memory_max_messages` of them and files at most `deep_memory_max_items`.
+It only ever creates unpinned memories (actor `background`), never touches pinned ones (RV11),
+skips facts already saved (same words), respects learn-from-chat (RV14) and memory switched off
+(RV16), and works without tool support (RV15: it is our job, not the model's reply). Each memory
+carries the chat, the turn that triggered the compaction (so rolling that turn back removes it,
+RV10), the messages it came from, and their witnesses (SW9b).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from . import characters, chats, memories, messages
+from ..retrieval import docs
+from ..jobs import queue as jobs, prompts
+from ..store.db import Connection
+from ..errors import ChroniclerError
+from ..services import Services
+
+KIND = "durable_memories"
+# Other work on the same chunk (character memories, episodes.py): fn(svc, conn, chat_id, turn_id,
+# message_ids) -> jobs queued, inside the compacting transaction.
+DeepRun = Callable[[Services, Connection, str, "str | None", list[str]], "int | None"]
+_ON_RUN: list[DeepRun] = []
+
+
+def on_run(fn: DeepRun) -> DeepRun:
+    """Register work to queue with every deep-memory run (may be used as a decorator)."""
+    if fn not in _ON_RUN:
+        _ON_RUN.append(fn)
+    return fn
+
+
+def after_compaction(svc: Services, conn: Connection, chat_id: str, turn_id: str | None) -> int:
+    """Queue a deep-memory run if enough summarised messages wait to be read (and the work
+    registered with `on_run` for the same chunk); returns how many jobs were queued."""
+    if not chats.memory_enabled(conn, chat_id):
+        return 0
+    waiting = messages.ordered(conn, chat_id, "summary_id IS NOT NULL AND deep_job IS NULL")
+    if len(waiting) < int(svc.settings.deep_memory_min_new_messages):
+        return 0
+    batch = waiting[:int(svc.settings.deep_memory_max_messages)]
+    job_id = jobs.enqueue(svc, KIND, chat_id=chat_id, turn_id=turn_id, dedupe=False,
+                          target={"message_ids": [r["id"] for r in batch]})
+    conn.executemany("UPDATE messages SET deep_job=? WHERE seq=?", [(job_id, r["seq"]) for r in batch])
+    ids = [r["id"] for r in batch]
+    return 1 + sum(int(fn(svc, conn, chat_id, turn_id, ids) or 0) for fn in list(_ON_RUN))
+
+
+def release(conn: Connection, job_ids: Sequence[str]) -> None:
+    """Messages read by rolled-back runs may be read again."""
+    conn.executemany("UPDATE messages SET deep_job=NULL WHERE deep_job=?", [(j,) for j in job_ids])
+
+
+def _cast(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[prompts.CharacterRef]:
+    """The chat's members and the speakers of the messages, minus those not learning (RV14)."""
+    ids = list(dict.fromkeys([*chats.members(conn, chat_id), *(r["speaker_id"] for r in rows if r["speaker_id"])]))
+    cast = []
+    for character_id in ids:
+        found = characters.fetch(conn, character_id)
+        if found is None or not found["learn_from_chat"]:
+            continue  # an unregistered id cannot hold memories; learning off stops saving (RV14)
+        cast.append(prompts.CharacterRef(found["id"], found["name"], found["is_player"],
+                                         tuple(found["aliases"])))
+    return cast
+
+
+def _existing(svc: Services, conn: Connection, cast: Sequence[prompts.CharacterRef]) -> list[str]:
+    ids = [c.id for c in cast]
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(f"SELECT text FROM memories WHERE scope='global' OR character_id IN ({marks})"
+                        " ORDER BY updated_at DESC LIMIT ?",
+                        (*ids, int(svc.settings.deep_memory_existing_max)))
+    return [r[0] for r in rows]
+
+
+def _build(svc: Services, job: jobs.Job) -> prompts.Prompt | None:
+    conn = svc.db.reader()
+    if not chats.memory_enabled(conn, job.chat_id):
+        return None
+    rows = messages.by_ids(conn, job.chat_id, job.target["message_ids"])
+    cast = _cast(conn, job.chat_id, rows)
+    if not rows or all(c.is_player for c in cast):
+        return None  # nobody left who may learn from this chat (RV14): filing facts as global
+        # memories instead would slip past the switch
+    return prompts.durable_memories([messages.chat_message(svc, r) for r in rows], cast,
+                                    existing=_existing(svc, conn, cast),
+                                    max_items=int(svc.settings.deep_memory_max_items),
+                                    max_chars=int(svc.settings.memory_max_chars))
+
+
+def _prepare(svc: Services, job: jobs.Job, result: prompts.Extraction) -> None:
+    # Embed outside the write transaction; memories.create then finds the vectors in the cache.
+    texts = [d.text for d in result.items]
+    if texts:
+        docs.prepare(svc, texts, svc.embed_wait())
+
+
+def _saved(conn: Connection, draft: prompts.MemoryDraft) -> bool:
+    fold = " ".join(draft.text.casefold().split())
+    rows = conn.execute("SELECT text FROM memories WHERE scope=? AND character_id IS ?",
+                        (draft.scope, draft.character_id))
+    return any(" ".join(r[0].casefold().split()) == fold for r in rows)
+
+
+def _apply(svc: Services, conn: Connection, job: jobs.Job, result: prompts.Extraction,
+           prepared: Any) -> dict[str, Any]:
+    if not chats.memory_enabled(conn, job.chat_id):
+        return {"skipped": "memory is switched off for this chat (RV16)"}
+    members = chats.members(conn, job.chat_id)
+    speakers = {r["id"]: r["speaker_id"] for r in messages.by_ids(conn, job.chat_id, job.target["message_ids"])}
+    created, skipped = [], list(result.dropped_items)
+    for draft in result.items[:int(svc.settings.deep_memory_max_items)]:
+        if _saved(conn, draft):
+            skipped.append(f"already saved: {draft.text[:80]}")
+            continue
+        witnesses = set(members) | {speakers[m] for m in draft.source_message_ids if speakers.get(m)}
+        try:
+            memory = memories.create(svc, {
+                "text": draft.text, "scope": draft.scope, "character_id": draft.character_id,
+                "actor": "background", "chat_id": job.chat_id, "turn_id": job.turn_id,
+                "known_by": sorted(witnesses), "source_message_ids": list(draft.source_message_ids)})
+        except ChroniclerError as exc:  # learning off, unknown character, quota…: skip this one
+            skipped.append(f"{exc.code}: {draft.text[:80]}")
+            continue
+        created.append(memory["id"])
+    return {"memories": created, "skipped": skipped}
+
+
+jobs.register(KIND, _apply, build=_build, prepare=_prepare)

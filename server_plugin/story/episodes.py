@@ -1,0 +1,573 @@
+"""Character memories (SW4), scene summaries (SW5), verified quotes (SW8) and "told" events (SW9b).
+
+When a session ends (`sessions.on_session_end`), its transcript is read in parts of at most
+`episodes_prompt_max_tokens` and three kinds of job are queued per part:
+- `character_memories`, one per character present who may learn (RV14; players are not
+  extracted): that character's own memories of the scene — summary from its point of view,
+  feeling, verbatim quotes, participants, importance 1–5, source messages;
+- `scene_summaries`: the scenes in detail, with quotes;
+- `told_events`: where a character passes on something only some of those present knew.
+A deep-memory run (`deep_memory.on_run`, RV13) also queues one `character_memories` job for its
+chunk (at most `episodes_deep_per_character` per character). A message read by either is marked
+(`messages.memories_job`), so the other does not file the same moments again.
+
+What a job stores is checked again inside the transaction that stores it: every quote must occur
+verbatim in the current text of the message it cites (SW8, `quotes.verify_quotes`); one that does
+not is dropped and counted (`dropped_quotes` in the job's result). Every item is known by the
+witnesses of its source messages (`visibility.witnesses`); a told event adds its listeners to
+what they were told (`visibility.tell`). Items are written with their index entries (kinds
+`character_memory`, `scene_summary`) in one transaction.
+
+Provenance: each item records its source messages (`episode_sources`), the job and the turn that
+wrote it. Rolling back a turn removes what its jobs wrote and what was derived only from that
+turn's messages; deleting a message removes the items derived only from it, and items citing
+other messages too lose that id and the quotes from it (their text is re-indexed); a told event
+whose evidence message goes is undone.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Sequence
+
+from . import characters, chats, conversation, deep_memory, messages, sessions
+from ..retrieval import docs, visibility
+from ..jobs import queue, prompts
+from ..store.db import Connection, dumps, loads
+from ..errors import NotFound
+from ..core.quotes import DroppedQuote, Quote, verify_quotes
+from ..services import Services
+from ..retrieval.visibility import ItemRef
+
+MEMORY, SCENE = "character_memory", "scene_summary"  # item (and index) kinds
+MEMORIES_JOB, SCENES_JOB, TOLD_JOB = "character_memories", "scene_summaries", "told_events"
+JOB_KINDS = (MEMORIES_JOB, SCENES_JOB, TOLD_JOB)
+SESSION_READ = "session"  # messages.memories_job of messages a session-end run has read
+
+
+# --- rows ------------------------------------------------------------------------------------
+def render(row: Any) -> str:
+    """An item as text (what is indexed and shown): title, summary, feeling, then its lines verbatim."""
+    lines = [f"{row['title']}: {row['summary']}" if row["title"] else row["summary"]]
+    if row["feeling"]:
+        lines.append(f"Feeling: {row['feeling']}")
+    lines += [f"{q['speaker']}: \u201c{q['text']}\u201d" for q in loads(row["quotes"])]
+    return "\n".join(lines)
+
+
+def _sources(conn: Connection, episode_id: str) -> list[str]:
+    return [r[0] for r in conn.execute(
+        "SELECT s.message_id FROM episode_sources s LEFT JOIN messages m ON m.chat_id = s.chat_id"
+        " AND m.id = s.message_id WHERE s.episode_id=? ORDER BY m.position, m.seq", (episode_id,))]
+
+
+def to_dict(conn: Connection, row: Any) -> dict[str, Any]:
+    """An item as the API shows it."""
+    return {
+        "id": row["id"], "kind": row["kind"], "chat_id": row["chat_id"], "session": row["session_n"],
+        "character_id": row["character_id"], "title": row["title"], "summary": row["summary"],
+        "feeling": row["feeling"], "quotes": loads(row["quotes"]),
+        "participants": loads(row["participants"]), "witnesses": loads(row["witnesses"]),
+        "known_by": loads(row["known_by"]), "importance": row["importance"],
+        "source_message_ids": _sources(conn, row["id"]), "origin": row["origin"],
+        "job_id": row["job_id"], "turn_id": row["turn_id"], "text": render(row),
+        "created_at": row["created_at"], "updated_at": row["updated_at"], "version": row["version"],
+    }
+
+
+def _row(conn: Connection, episode_id: str) -> Any:
+    row = conn.execute("SELECT * FROM episodes WHERE id=?", (episode_id,)).fetchone()
+    if row is None:
+        raise NotFound("episode_not_found", f"No character memory or scene summary with id {episode_id!r}.")
+    return row
+
+
+def get(svc: Services, episode_id: str) -> dict[str, Any]:
+    with svc.db.read() as conn:
+        return to_dict(conn, _row(conn, episode_id))
+
+
+def list_episodes(svc: Services, *, kind: str | None = None, character_id: str | None = None,
+                  chat_id: str | None = None, session: int | None = None,
+                  viewer_id: str | None = None, limit: int | None = None,
+                  offset: int = 0) -> list[dict[str, Any]]:
+    """Items matching every filter, in story order (chat, session, first source message).
+
+    `viewer_id`: only what that character knows (SW9b); without it, everything (a person)."""
+    where, args = ["1"], []
+    for column, value in (("kind", kind), ("character_id", character_id), ("chat_id", chat_id),
+                          ("session_n", session)):
+        if value is not None:
+            where.append(f"{column}=?")
+            args.append(value)
+    knows, knows_args = visibility.known_by_sql(viewer_id, "known_by")
+    cap = int(svc.settings.episodes_list_max)
+    with svc.db.read() as conn:
+        rows = conn.execute(f"SELECT * FROM episodes WHERE {' AND '.join(where)} AND {knows}"
+                            " ORDER BY chat_id, session_n, pos, created_at, id LIMIT ? OFFSET ?",
+                            (*args, *knows_args, min(cap, limit or cap), offset)).fetchall()
+        return [to_dict(conn, r) for r in rows]
+
+
+def delete(svc: Services, episode_id: str) -> dict[str, Any]:
+    """A person deletes one item with its index entry (and the knowledge granted on it)."""
+    with svc.db.write() as conn:
+        _delete_rows(conn, [_row(conn, episode_id)])
+    return {"deleted": episode_id}
+
+
+def _delete_rows(conn: Connection, rows: Sequence[Any]) -> int:
+    for kind in (MEMORY, SCENE):
+        docs.remove(conn, kind, [r["id"] for r in rows if r["kind"] == kind])
+    visibility.forget(conn, [ItemRef(r["kind"], r["id"]) for r in rows])
+    conn.executemany("DELETE FROM episodes WHERE id=?", [(r["id"],) for r in rows])
+    return len(rows)
+
+
+def told_to_dict(row: Any) -> dict[str, Any]:
+    return {"id": row["id"], "chat_id": row["chat_id"], "session": row["session_n"],
+            "teller_id": row["teller_id"], "listener_ids": loads(row["listener_ids"]),
+            "item": {"kind": row["item_kind"], "ref": row["item_ref"]},
+            "message_id": row["message_id"], "evidence": loads(row["evidence"]),
+            "job_id": row["job_id"], "turn_id": row["turn_id"], "created_at": row["created_at"]}
+
+
+def list_told(svc: Services, *, chat_id: str | None = None, character_id: str | None = None,
+              limit: int | None = None) -> list[dict[str, Any]]:
+    """Told events (SW9b), oldest first; `character_id`: those it told or was told."""
+    where, args = ["1"], []
+    if chat_id is not None:
+        where.append("chat_id=?")
+        args.append(chat_id)
+    if character_id is not None:
+        where.append("(teller_id=? OR EXISTS (SELECT 1 FROM json_each(listener_ids) WHERE value=?))")
+        args += [character_id, character_id]
+    cap = int(svc.settings.episodes_list_max)
+    rows = svc.db.reader().execute(f"SELECT * FROM told_events WHERE {' AND '.join(where)}"
+                                   " ORDER BY created_at, id LIMIT ?", (*args, min(cap, limit or cap)))
+    return [told_to_dict(r) for r in rows]
+
+
+# --- queueing --------------------------------------------------------------------------------
+def cast(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[prompts.CharacterRef]:
+    """The chat's members and the messages' speakers that are registered characters."""
+    ids = dict.fromkeys([*chats.members(conn, chat_id), *(r["speaker_id"] for r in rows if r["speaker_id"])])
+    out = []
+    for character_id in ids:
+        found = characters.fetch(conn, character_id)
+        if found is not None:
+            out.append(prompts.CharacterRef(found["id"], found["name"], found["is_player"],
+                                            tuple(found["aliases"])))
+    return out
+
+
+def _learners(conn: Connection, cast: Sequence[prompts.CharacterRef]) -> list[str]:
+    """Characters whose memories are extracted: not the player's, learning from chat on (RV14)."""
+    return [c.id for c in cast if not c.is_player and characters.learning_enabled(conn, c.id)]
+
+
+def parts(svc: Services, rows: Sequence[Any]) -> list[list[Any]]:
+    """Consecutive parts of a transcript, each within `episodes_prompt_max_tokens`."""
+    budget = int(svc.settings.episodes_prompt_max_tokens)
+    limit = int(svc.settings.prompt_message_max_tokens)
+    parts: list[list[Any]] = []
+    used = 0
+    for row in rows:
+        cost = min(row["tokens"], limit)
+        if not parts or (parts[-1] and used + cost > budget):
+            parts.append([])
+            used = 0
+        parts[-1].append(row)
+        used += cost
+    return parts
+
+
+@sessions.on_session_end
+def queue_session(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
+    """At session end: character memories (messages no deep-memory run has read), scene
+    summaries and told events, per part of the session. Returns the jobs queued."""
+    if not chats.memory_enabled(conn, chat_id):
+        return 0  # RV16
+    rows = messages.ordered(conn, chat_id, "session_n=?", [n])
+    if not rows:
+        return 0
+    the_cast = cast(conn, chat_id, rows)
+    learners = _learners(conn, the_cast)
+    unread = [r for r in rows if r["memories_job"] is None]
+    queued = 0
+    for i, part in enumerate(parts(svc, unread) if learners else []):
+        ids = [r["id"] for r in part]
+        for character_id in learners:
+            queue.enqueue(svc, MEMORIES_JOB, chat_id=chat_id, ref=f"{n}:{i}:{character_id}",
+                         target={"n": n, "message_ids": ids, "character_ids": [character_id],
+                                 "per_character": int(svc.settings.character_memories_per_character),
+                                 "origin": "session"})
+            queued += 1
+        conn.executemany("UPDATE messages SET memories_job=? WHERE seq=?",
+                         [(SESSION_READ, r["seq"]) for r in part])
+    for i, part in enumerate(parts(svc, rows)):
+        target = {"n": n, "message_ids": [r["id"] for r in part]}
+        queue.enqueue(svc, SCENES_JOB, chat_id=chat_id, ref=f"{n}:{i}", target=target)
+        queued += 1
+        if len(the_cast) >= 2:  # someone to tell and someone to listen
+            queue.enqueue(svc, TOLD_JOB, chat_id=chat_id, ref=f"{n}:{i}", target=target)
+            queued += 1
+    return queued
+
+
+@deep_memory.on_run
+def queue_deep_run(svc: Services, conn: Connection, chat_id: str, turn_id: str | None,
+                   message_ids: list[str]) -> int:
+    """With a deep-memory run (RV13): one character-memories job for the chunk's unread
+    messages, bounded to `episodes_deep_per_character` memories per character."""
+    per = int(svc.settings.episodes_deep_per_character)
+    rows = [r for r in messages.by_ids(conn, chat_id, message_ids) if r["memories_job"] is None]
+    learners = _learners(conn, cast(conn, chat_id, rows)) if rows and per > 0 else []
+    if not learners:
+        return 0
+    job_id = queue.enqueue(svc, MEMORIES_JOB, chat_id=chat_id, turn_id=turn_id, dedupe=False, target={
+        "n": rows[0]["session_n"], "message_ids": [r["id"] for r in rows], "character_ids": learners,
+        "per_character": per, "origin": "deep_memory"})
+    conn.executemany("UPDATE messages SET memories_job=? WHERE seq=?", [(job_id, r["seq"]) for r in rows])
+    return 1
+
+
+# --- building prompts ------------------------------------------------------------------------
+def _inputs(svc: Services, job: queue.Job) -> tuple[Any, list[Any], list[prompts.CharacterRef]] | None:
+    """The job's messages as they are now and the cast, or None when nothing is left to do."""
+    conn = svc.db.reader()
+    if not chats.memory_enabled(conn, job.chat_id):
+        return None
+    rows = messages.by_ids(conn, job.chat_id, job.target["message_ids"])
+    if not rows:
+        return None
+    return conn, rows, cast(conn, job.chat_id, rows)
+
+
+def _chat_messages(svc: Services, rows: Sequence[Any]) -> list[prompts.ChatMessage]:
+    return [messages.chat_message(svc, r) for r in rows]
+
+
+def _build_memories(svc: Services, job: queue.Job) -> prompts.Prompt | None:
+    found = _inputs(svc, job)
+    if found is None:
+        return None
+    conn, rows, cast = found
+    wanted = [c for c in _learners(conn, cast) if c in job.target["character_ids"]]
+    if not wanted:
+        return None
+    return prompts.character_memories(
+        _chat_messages(svc, rows), cast, for_ids=wanted, session=job.target.get("n"),
+        per_character=int(job.target["per_character"]),
+        max_quotes=int(svc.settings.character_memory_max_quotes))
+
+
+def _build_scenes(svc: Services, job: queue.Job) -> prompts.Prompt | None:
+    found = _inputs(svc, job)
+    if found is None:
+        return None
+    _, rows, cast = found
+    if not cast:
+        return None
+    return prompts.scene_summaries(_chat_messages(svc, rows), cast, session=job.target.get("n"),
+                                   max_scenes=int(svc.settings.scenes_max),
+                                   max_quotes=int(svc.settings.scene_max_quotes))
+
+
+def related_secrets(svc: Services, conn: Connection, cast: Sequence[prompts.CharacterRef],
+                    rows: Sequence[Any]) -> list[visibility.Secret]:
+    """The secrets (some of the cast know them, some not) sharing the most words with the
+    messages, at most `told_secrets_max`, newest first among equals. Names do not count."""
+    names = [n for c in cast for n in (c.name, *c.aliases)]
+    said = visibility.content_words(" ".join(r["text"] for r in rows), names)
+    scored = []
+    for secret in visibility.secrets_among(conn, [c.id for c in cast]):
+        overlap = len(visibility.content_words(secret.text, names) & said)
+        if overlap:
+            scored.append((overlap, secret.updated_at, secret))
+    scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
+    return [s for _, _, s in scored[:int(svc.settings.told_secrets_max)]]
+
+
+def _build_told(svc: Services, job: queue.Job) -> prompts.Prompt | None:
+    found = _inputs(svc, job)
+    if found is None:
+        return None
+    conn, rows, cast = found
+    if len(cast) < 2:
+        return None
+    secrets = related_secrets(svc, conn, cast, rows)
+    if not secrets:
+        return None  # nothing anyone here could pass on
+    limit = int(svc.settings.told_secret_tokens)
+    inputs = [prompts.SecretInput(s.item.key(), svc.tokens.truncate(s.text, limit), s.knowers)
+              for s in secrets]
+    return prompts.told_events(_chat_messages(svc, rows), cast, inputs,
+                               max_events=int(svc.settings.told_events_max))
+
+
+# --- checking a result against the store (SW8, SW9b) ------------------------------------------
+@dataclass
+class Checked:
+    """What a result becomes once checked against the store: rows to insert and what was dropped."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    dropped_quotes: list[DroppedQuote] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+
+    def report(self) -> dict[str, Any]:
+        reasons = Counter(d.reason for d in self.dropped_quotes)
+        return {"dropped_quotes": len(self.dropped_quotes), "dropped_quote_reasons": dict(reasons),
+                "dropped": self.dropped}
+
+
+def _texts(conn: Connection, chat_id: str, ids: Iterable[str]) -> dict[str, Any]:
+    return {r["id"]: r for r in messages.by_ids(conn, chat_id, ids)}
+
+
+def _check_item(svc: Services, conn: Connection, job: queue.Job, item: Any, owner: str | None,
+                out: Checked) -> dict[str, Any] | None:
+    """One extracted item as a row, with its quotes verified against the messages as they are now
+    (SW8) and its witnesses (SW9b); None when none of its source messages is left."""
+    cited = [*item.source_message_ids, *(q.message_id for q in item.quotes)]
+    found = _texts(conn, job.chat_id, cited)
+    check = verify_quotes(item.quotes, {i: r["text"] for i, r in found.items()})
+    out.dropped_quotes += check.dropped
+    sources = [m for m in dict.fromkeys([*item.source_message_ids, *(q.message_id for q in check.kept)])
+               if m in found]
+    if not sources:
+        out.dropped.append(f"its messages are gone: {item.summary[:80]}")
+        return None
+    known = set(visibility.witnesses(conn, job.chat_id, sources)) | ({owner} if owner else set())
+    summary = svc.tokens.truncate(item.summary, int(svc.settings.episode_max_tokens))
+    return {"chat_id": job.chat_id, "session_n": item.session, "summary": summary,
+            "quotes": [asdict(q) for q in check.kept], "participants": list(item.participants),
+            "witnesses": sorted(known), "known_by": sorted(known), "sources": sources,
+            "pos": min(found[m]["position"] for m in sources), "title": None, "feeling": None,
+            "importance": None, "character_id": owner}
+
+
+def check_memories(svc: Services, conn: Connection, job: queue.Job,
+                   result: prompts.Extraction) -> Checked:
+    out = Checked(dropped_quotes=list(result.dropped_quotes), dropped=list(result.dropped_items))
+    for item in result.items:
+        if item.character_id not in job.target["character_ids"] or \
+                not characters.learning_enabled(conn, item.character_id) or \
+                characters.fetch(conn, item.character_id) is None:
+            out.dropped.append(f"not asked for or not learning (RV14): {item.character_id}")
+            continue
+        row = _check_item(svc, conn, job, item, item.character_id, out)
+        if row is not None:
+            out.rows.append({**row, "kind": MEMORY, "feeling": item.feeling,
+                             "importance": item.importance})
+    return out
+
+
+def check_scenes(svc: Services, conn: Connection, job: queue.Job, result: prompts.Extraction) -> Checked:
+    out = Checked(dropped_quotes=list(result.dropped_quotes), dropped=list(result.dropped_items))
+    for item in result.items:
+        row = _check_item(svc, conn, job, item, None, out)
+        if row is not None:
+            out.rows.append({**row, "kind": SCENE, "title": item.title})
+    return out
+
+
+def _render_row(row: dict[str, Any]) -> str:
+    return render({**row, "quotes": dumps(row["quotes"])})
+
+
+def _check(svc: Services, conn: Connection, job: queue.Job, result: Any) -> Checked:
+    return (check_memories if job.kind == MEMORIES_JOB else check_scenes)(svc, conn, job, result)
+
+
+def _prepare(svc: Services, job: queue.Job, result: Any) -> dict[str, docs.Prepared]:
+    """Embed the items' texts before the write transaction (the check is repeated inside it)."""
+    texts = [_render_row(r) for r in _check(svc, svc.db.reader(), job, result).rows]
+    return {p.text: p for p in docs.prepare(svc.embedder, texts, svc.embed_wait())} if texts else {}
+
+
+def _vector(svc: Services, prepared: dict[str, docs.Prepared], text: str) -> docs.Prepared:
+    # A message edited between prepare and apply changes a text: embed it now (rare).
+    if text not in prepared:
+        prepared[text] = docs.prepare(svc.embedder, [text], svc.embed_wait())[0]
+    return prepared[text]
+
+
+def _insert(svc: Services, conn: Connection, job: queue.Job, row: dict[str, Any],
+            prepared: dict[str, docs.Prepared]) -> str:
+    episode_id = "e_" + uuid.uuid4().hex
+    now = svc.clock.iso()
+    conn.execute(
+        "INSERT INTO episodes(id, kind, chat_id, session_n, character_id, title, summary, feeling,"
+        " quotes, participants, witnesses, known_by, importance, origin, pos, job_id, turn_id,"
+        " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (episode_id, row["kind"], row["chat_id"], row["session_n"], row["character_id"], row["title"],
+         row["summary"], row["feeling"], dumps(row["quotes"]), dumps(row["participants"]),
+         dumps(row["witnesses"]), dumps(row["known_by"]), row["importance"],
+         job.target.get("origin", "session"), row["pos"], job.id, job.turn_id, now, now))
+    conn.executemany("INSERT OR IGNORE INTO episode_sources(episode_id, chat_id, message_id) VALUES (?,?,?)",
+                     [(episode_id, row["chat_id"], m) for m in row["sources"]])
+    docs.put(conn, row["kind"], episode_id, _vector(svc, prepared, _render_row(row)), created_at=now,
+              chat_id=row["chat_id"], character_id=row["character_id"], known_by=row["known_by"])
+    return episode_id
+
+
+def _apply_items(svc: Services, conn: Connection, job: queue.Job, result: Any,
+                 prepared: dict[str, docs.Prepared] | None) -> dict[str, Any]:
+    if not chats.memory_enabled(conn, job.chat_id):
+        return {"skipped": "memory is switched off for this chat (RV16)"}
+    checked = _check(svc, conn, job, result)
+    ids = [_insert(svc, conn, job, row, prepared or {}) for row in checked.rows]
+    return {"episodes": ids, **checked.report()}
+
+
+# --- told events -------------------------------------------------------------------------------
+def _apply_told(svc: Services, conn: Connection, job: queue.Job, result: prompts.Extraction,
+                prepared: Any) -> dict[str, Any]:
+    """Record each told event whose evidence is verbatim in its message (SW8) and whose teller
+    knows the item; the listeners (present at that message, learning, not knowing it yet) are
+    added to the item's known_by and its source messages' (SW9b)."""
+    if not chats.memory_enabled(conn, job.chat_id):
+        return {"skipped": "memory is switched off for this chat (RV16)"}
+    out = Checked(dropped_quotes=list(result.dropped_quotes), dropped=list(result.dropped_items))
+    told, granted = [], Counter()
+    for event in result.items:
+        item = ItemRef.parse(event.secret_id)
+        message = messages.fetch(conn, job.chat_id, event.evidence.message_id)
+        check = verify_quotes([event.evidence], {message["id"]: message["text"]} if message else {})
+        if not check.kept:
+            out.dropped_quotes += check.dropped
+            out.dropped.append(f"evidence not found in the message: {event.evidence.text[:80]}")
+            continue
+        if not visibility.knows(conn, event.teller_id, item):
+            out.dropped.append(f"{event.teller_id} does not know {item.key()}")
+            continue
+        present = set(visibility.witnesses(conn, job.chat_id, [message["id"]]))
+        listeners = [c for c in event.listener_ids
+                     if c in present and c != event.teller_id and characters.learning_enabled(conn, c)
+                     and not visibility.knows(conn, c, item)]
+        if not listeners:
+            out.dropped.append(f"no listener present who did not know {item.key()} already")
+            continue
+        told_id = "k_" + uuid.uuid4().hex
+        conn.execute(
+            "INSERT INTO told_events(id, chat_id, session_n, teller_id, listener_ids, item_kind,"
+            " item_ref, message_id, evidence, job_id, turn_id, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (told_id, job.chat_id, message["session_n"], event.teller_id, dumps(listeners), item.kind,
+             item.ref, message["id"], dumps(asdict(check.kept[0])), job.id, job.turn_id, svc.clock.iso()))
+        granted.update(visibility.tell(svc, conn, [item, *visibility.sources_of(conn, item)],
+                                       listeners, told_id))
+        told.append(told_id)
+    return {"told": told, "granted": dict(granted), **out.report()}
+
+
+queue.register(MEMORIES_JOB, _apply_items, build=_build_memories, prepare=_prepare)
+queue.register(SCENES_JOB, _apply_items, build=_build_scenes, prepare=_prepare)
+queue.register(TOLD_JOB, _apply_told, build=_build_told)
+
+
+# --- provenance: rollback, deleted messages, deleted chats (RV10) ------------------------------
+def _set_quotes(svc: Services, conn: Connection, row: Any, quotes: list[dict[str, Any]]) -> None:
+    """Store an item's remaining quotes and index its new text (embedded inside the transaction:
+    deletes and edits of quoted messages are rare and small)."""
+    conn.execute("UPDATE episodes SET quotes=?, updated_at=?, version=version+1 WHERE id=?",
+                 (dumps(quotes), svc.clock.iso(), row["id"]))
+    new = conn.execute("SELECT * FROM episodes WHERE id=?", (row["id"],)).fetchone()
+    text = render(new)
+    if text != render(row):
+        docs.put(conn, new["kind"], new["id"], docs.prepare(svc.embedder, [text], svc.embed_wait())[0],
+                  created_at=new["created_at"], chat_id=new["chat_id"],
+                  character_id=new["character_id"], known_by=loads(new["known_by"]))
+
+
+def _strip(svc: Services, conn: Connection, row: Any, gone: set[str]) -> None:
+    """An item citing other messages too loses the gone ones and the quotes from them."""
+    conn.executemany("DELETE FROM episode_sources WHERE episode_id=? AND message_id=?",
+                     [(row["id"], m) for m in gone])
+    _set_quotes(svc, conn, row, [q for q in loads(row["quotes"]) if q["message_id"] not in gone])
+
+
+@conversation.on_messages_edited
+def recheck_quotes(svc: Services, conn: Connection, chat_id: str, rows: list[Any]) -> None:
+    """Edited messages (SW8): a stored quote that is no longer verbatim in its message is dropped;
+    a told event whose evidence is no longer in its message is undone. (What the item says is
+    not re-derived: like a summary, it describes the scene as it was read.)"""
+    texts = {r["id"]: r["text"] for r in rows}
+    marks = ",".join("?" * len(texts))
+    hit = conn.execute(f"SELECT DISTINCT e.* FROM episodes e JOIN episode_sources s ON s.episode_id = e.id"
+                       f" WHERE s.chat_id=? AND s.message_id IN ({marks})", (chat_id, *texts)).fetchall()
+    for row in hit:
+        quotes = loads(row["quotes"])
+        kept = [q for q in quotes if q["message_id"] not in texts or verify_quotes(
+            [Quote(q["speaker"], q["text"], q["message_id"])], texts).kept]
+        if len(kept) != len(quotes):
+            _set_quotes(svc, conn, row, kept)
+    told = conn.execute(f"SELECT id, evidence FROM told_events WHERE chat_id=? AND message_id IN ({marks})",
+                        (chat_id, *texts)).fetchall()
+    visibility.untell(svc, conn, [t["id"] for t in told
+                                  if not verify_quotes([Quote(**loads(t["evidence"]))], texts).kept])
+
+
+def forget_messages(svc: Services, conn: Connection, chat_id: str, message_ids: Iterable[str]) -> dict[str, int]:
+    """Messages are gone (or being regenerated): items derived only from them go, others lose
+    them; told events they were the evidence of are undone. Inside a write."""
+    gone = set(message_ids)
+    if not gone:
+        return {}
+    marks = ",".join("?" * len(gone))
+    hit = conn.execute(f"SELECT DISTINCT e.* FROM episodes e JOIN episode_sources s ON s.episode_id = e.id"
+                       f" WHERE s.chat_id=? AND s.message_id IN ({marks})", (chat_id, *gone)).fetchall()
+    doomed, stripped = [], 0
+    for row in hit:
+        cited = {r[0] for r in conn.execute("SELECT message_id FROM episode_sources WHERE episode_id=?",
+                                            (row["id"],))}
+        if cited <= gone:
+            doomed.append(row)
+        else:
+            _strip(svc, conn, row, gone & cited)
+            stripped += 1
+    told = [r[0] for r in conn.execute(f"SELECT id FROM told_events WHERE chat_id=? AND message_id IN ({marks})",
+                                       (chat_id, *gone))]
+    visibility.untell(svc, conn, told)
+    # Grants recorded on deleted messages' index entries have nothing left to undo.
+    conn.execute("DELETE FROM knowledge_grants WHERE item_kind=? AND CAST(item_ref AS INTEGER) NOT IN"
+                 " (SELECT seq FROM messages)", (visibility.MESSAGE,))
+    return {"episodes": _delete_rows(conn, doomed), "episodes_trimmed": stripped, "told_events": len(told)}
+
+
+@conversation.on_messages_deleted
+def _messages_deleted(svc: Services, conn: Connection, chat_id: str, message_ids: list[str]) -> dict[str, int]:
+    return forget_messages(svc, conn, chat_id, message_ids)
+
+
+@conversation.on_chat_deleted
+def _chat_deleted(svc: Services, conn: Connection, chat_id: str) -> dict[str, int]:
+    """A deleted chat's scenes never happened: its told events are undone, its items go."""
+    told = [r[0] for r in conn.execute("SELECT id FROM told_events WHERE chat_id=?", (chat_id,))]
+    visibility.untell(svc, conn, told)
+    rows = conn.execute("SELECT * FROM episodes WHERE chat_id=?", (chat_id,)).fetchall()
+    conn.execute("DELETE FROM knowledge_grants WHERE item_kind=? AND CAST(item_ref AS INTEGER) NOT IN"
+                 " (SELECT seq FROM messages)", (visibility.MESSAGE,))
+    return {"episodes": _delete_rows(conn, rows), "told_events": len(told)}
+
+
+def rollback_turn(svc: Services, conn: Connection, chat_id: str, turn_id: str) -> dict[str, int]:
+    """RV10, called before the turn's jobs are deleted: what this module's jobs of the turn
+    wrote goes (items, told events), the messages they read may be read again, and what was
+    derived only from the turn's own messages goes too."""
+    marks = ",".join("?" * len(JOB_KINDS))
+    job_ids = [r[0] for r in conn.execute(f"SELECT id FROM jobs WHERE chat_id=? AND turn_id=? AND kind IN ({marks})",
+                                          (chat_id, turn_id, *JOB_KINDS))]
+    conn.executemany("UPDATE messages SET memories_job=NULL WHERE chat_id=? AND memories_job=?",
+                     [(chat_id, j) for j in job_ids])
+    told = [r[0] for r in conn.execute("SELECT id FROM told_events WHERE chat_id=? AND turn_id=?",
+                                       (chat_id, turn_id))]
+    visibility.untell(svc, conn, told)
+    rows = conn.execute("SELECT * FROM episodes WHERE chat_id=? AND turn_id=?", (chat_id, turn_id)).fetchall()
+    removed = {"episodes": _delete_rows(conn, rows), "told_events": len(told)}
+    own = [r[0] for r in conn.execute("SELECT id FROM messages WHERE chat_id=? AND turn_id=?", (chat_id, turn_id))]
+    for key, value in forget_messages(svc, conn, chat_id, own).items():
+        removed[key] = removed.get(key, 0) + value
+    return removed

@@ -1,0 +1,294 @@
+"""The transcript: a chat's messages, stored, ordered, indexed for search (RV1, SW9a/SW9b).
+
+Messages are keyed by (chat_id, id): SillyTavern branches copy message ids into the new chat, so
+an id is unique only within its chat. Each row also has an integer `seq` (insertion order) and a
+`position` (the message's index in the SillyTavern chat, or "after the last" when not given);
+the transcript's order is (position, seq).
+
+Every message is a search document (kind "message", ref_id = str(seq)) written in the same
+transaction as its row, known by the chat's members at the time it was said plus its speaker:
+its witnesses (SW9b). This module stores rows; `conversation.py` decides what follows from a write
+(sessions, compaction, stale summaries).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from ..retrieval import docs as index
+from ..jobs import prompts
+from ..clock import parse_iso, to_iso
+from ..store.db import Connection, loads
+from ..errors import NotFound, Unprocessable
+from ..services import Services
+
+KIND = "message"
+ORDER = "position, seq"  # the transcript's order, everywhere
+
+
+def to_dict(row: Any) -> dict[str, Any]:
+    """A message as the API shows it."""
+    return {
+        "id": row["id"], "seq": row["seq"], "role": row["role"], "name": row["name"],
+        "text": row["text"], "sent_at": row["sent_at"], "turn_id": row["turn_id"],
+        "speaker_id": row["speaker_id"], "index": row["position"], "tokens": row["tokens"],
+        "session_n": row["session_n"], "summary_id": row["summary_id"],
+        "created_at": row["created_at"], "updated_at": row["updated_at"], "version": row["version"],
+    }
+
+
+def chat_message(svc: Services, row: Any) -> prompts.ChatMessage:
+    """A message as a job's prompt sees it; a very long one is cut (its start kept)."""
+    limit = int(svc.settings.prompt_message_max_tokens)
+    text = row["text"] if row["tokens"] <= limit else svc.tokens.truncate(row["text"], limit)
+    return prompts.ChatMessage(id=row["id"], speaker=row["name"] or row["role"], text=text,
+                               role=row["role"], character_id=row["speaker_id"], sent_at=row["sent_at"])
+
+
+# --- reading ---------------------------------------------------------------------------------
+def fetch(conn: Connection, chat_id: str, message_id: str) -> Any:
+    return conn.execute("SELECT * FROM messages WHERE chat_id=? AND id=?",
+                        (chat_id, message_id)).fetchone()
+
+
+def get_row(conn: Connection, chat_id: str, message_id: str) -> Any:
+    row = fetch(conn, chat_id, message_id)
+    if row is None:
+        raise NotFound("message_not_found", f"No message {message_id!r} in chat {chat_id!r}.")
+    return row
+
+
+def newest(conn: Connection, chat_id: str, limit: int) -> list[Any]:
+    """The newest `limit` messages, newest first."""
+    return conn.execute(f"SELECT * FROM messages WHERE chat_id=? ORDER BY position DESC, seq DESC"
+                        " LIMIT ?", (chat_id, limit)).fetchall()
+
+
+def ordered(conn: Connection, chat_id: str, where: str = "1", args: Sequence[Any] = ()) -> list[Any]:
+    """Messages of a chat matching an extra SQL condition, in transcript order."""
+    return conn.execute(f"SELECT * FROM messages WHERE chat_id=? AND ({where}) ORDER BY {ORDER}",
+                        (chat_id, *args)).fetchall()
+
+
+def newest_within(rows: Sequence[Any], budget: int, limit: int) -> list[Any]:
+    """The newest of `rows` whose tokens (each counted at most `limit`) fit in `budget`, oldest
+    first; always at least the newest one (a prompt reads the latest message whatever its size)."""
+    kept: list[Any] = []
+    used = 0
+    for row in reversed(rows):
+        cost = min(row["tokens"], limit)
+        if kept and used + cost > budget:
+            break
+        kept.append(row)
+        used += cost
+    return kept[::-1]
+
+
+def by_ids(conn: Connection, chat_id: str, ids: Iterable[str]) -> list[Any]:
+    """The messages with these ids (those that exist), in transcript order."""
+    wanted = list(dict.fromkeys(ids))
+    if not wanted:
+        return []
+    marks = ",".join("?" * len(wanted))
+    return ordered(conn, chat_id, f"id IN ({marks})", wanted)
+
+
+def count(conn: Connection, chat_id: str) -> int:
+    return conn.execute("SELECT count(*) FROM messages WHERE chat_id=?", (chat_id,)).fetchone()[0]
+
+
+def list_page(svc: Services, chat_id: str, *, offset: int = 0, limit: int | None = None,
+              ids_only: bool = False) -> dict[str, Any]:
+    """One page of the transcript in order (or just the ids, for the extension's reconciliation)."""
+    cap = int(svc.settings.messages_page_max) * (10 if ids_only else 1)
+    limit = min(cap, limit or cap)
+    with svc.db.read() as conn:
+        total = count(conn, chat_id)
+        if ids_only:
+            ids = [r[0] for r in conn.execute(
+                f"SELECT id FROM messages WHERE chat_id=? ORDER BY {ORDER} LIMIT ? OFFSET ?",
+                (chat_id, limit, offset))]
+            return {"ids": ids, "total": total, "offset": offset, "limit": limit}
+        rows = conn.execute(f"SELECT * FROM messages WHERE chat_id=? ORDER BY {ORDER} LIMIT ? OFFSET ?",
+                            (chat_id, limit, offset)).fetchall()
+    return {"messages": [to_dict(r) for r in rows], "total": total, "offset": offset, "limit": limit}
+
+
+# --- writing ---------------------------------------------------------------------------------
+@dataclass
+class Incoming:
+    """A message as a client sent it, normalised: text cut to the limit, time in our ISO form."""
+
+    id: str
+    role: str
+    name: str
+    text: str
+    sent_at: str | None  # None: when it arrived (a new message) or as stored (a re-sent one)
+    turn_id: str | None
+    speaker_id: str | None
+    position: int | None
+    tokens: int
+    truncated: bool
+
+
+@dataclass
+class Changes:
+    """What one upsert did, by message: the rows written, in the order they were given."""
+
+    inserted: list[Any] = field(default_factory=list)
+    edited: list[Any] = field(default_factory=list)  # text changed: derived summaries go stale
+    updated: list[Any] = field(default_factory=list)  # only metadata changed (turn, name, index…)
+    unchanged: list[str] = field(default_factory=list)
+    truncated: list[str] = field(default_factory=list)
+
+    @property
+    def written(self) -> list[Any]:
+        return self.inserted + self.edited + self.updated
+
+
+def normalise(svc: Services, raw: Sequence[dict[str, Any]]) -> list[Incoming]:
+    """Cut long texts (never refuse them), parse times, count tokens; later repeats of an id win."""
+    limit = int(svc.settings.message_max_chars)
+    last: dict[str, dict[str, Any]] = {}
+    for message in raw:
+        last.pop(message["id"], None)
+        last[message["id"]] = message
+    out = []
+    for message in last.values():
+        text = message["text"]
+        out.append(Incoming(
+            id=message["id"], role=message["role"], name=message.get("name") or "",
+            text=text[:limit], sent_at=_when(svc, message.get("sent_at")),
+            turn_id=message.get("turn_id"), speaker_id=message.get("speaker_id"),
+            position=message.get("index"), tokens=svc.tokens.count(text[:limit]),
+            truncated=len(text) > limit))
+    return out
+
+
+def _when(svc: Services, sent_at: str | None) -> str | None:
+    if sent_at is None:
+        return None
+    try:
+        return to_iso(parse_iso(sent_at))
+    except ValueError:
+        raise Unprocessable("invalid_timestamp", f"sent_at {sent_at[:60]!r} is not an ISO 8601 time "
+                            "(e.g. 2026-03-01T12:00:00Z).") from None
+
+
+def texts_to_embed(conn: Connection, chat_id: str, batch: Sequence[Incoming]) -> list[str]:
+    """Texts of the batch that are new or changed (the ones needing a vector)."""
+    out = []
+    for message in batch:
+        row = fetch(conn, chat_id, message.id)
+        if row is None or row["text"] != message.text:
+            out.append(message.text)
+    return list(dict.fromkeys(out))
+
+
+def upsert(svc: Services, conn: Connection, chat_id: str, members: Sequence[str],
+           batch: Sequence[Incoming], vectors: dict[str, index.Prepared]) -> Changes:
+    """Insert or update a batch inside a write transaction; index what is new or edited."""
+    changes = Changes(truncated=[m.id for m in batch if m.truncated])
+    now = svc.clock.iso()
+    next_position = _next_position(conn, chat_id)
+    for message in batch:
+        row = fetch(conn, chat_id, message.id)
+        if row is None:
+            position = message.position if message.position is not None else next_position
+            next_position = max(next_position, position + 1)
+            changes.inserted.append(_insert(svc, conn, chat_id, members, message, position, now, vectors))
+            continue
+        outcome = _update(svc, conn, row, message, now, vectors)
+        if outcome == "unchanged":
+            changes.unchanged.append(message.id)
+        else:
+            getattr(changes, outcome).append(fetch(conn, chat_id, message.id))
+            if message.position is not None:
+                next_position = max(next_position, message.position + 1)
+    return changes
+
+
+def _next_position(conn: Connection, chat_id: str) -> int:
+    value = conn.execute("SELECT max(position) FROM messages WHERE chat_id=?", (chat_id,)).fetchone()[0]
+    return 0 if value is None else value + 1
+
+
+def _vector(svc: Services, vectors: dict[str, index.Prepared], text: str) -> index.Prepared:
+    # Normally prepared before the transaction; a concurrent edit may bring a text we did not see.
+    if text not in vectors:
+        vectors[text] = index.prepare(svc, [text], svc.embed_wait())[0]
+    return vectors[text]
+
+
+def session_key(chat_id: str, session_n: int | None) -> str:
+    """A message's neighbour group for search: its chat's session ("<chat>#<n>"; "<chat>#" before
+    one). The chat is everything before the last "#", so two chats never share a key."""
+    return f"{chat_id}#{'' if session_n is None else session_n}"
+
+
+def _index(conn: Connection, row: Any, prepared: index.Prepared, known_by: Iterable[str]) -> None:
+    """The message's search entry, from its stored row (SW6): speaker, place, date, itself as source."""
+    index.put(conn, KIND, str(row["seq"]), prepared, created_at=row["sent_at"], chat_id=row["chat_id"],
+              character_id=row["speaker_id"], known_by=known_by,
+              session_key=session_key(row["chat_id"], row["session_n"]), position=row["position"],
+              speaker_name=row["name"] or row["role"], source_message_ids=[row["id"]])
+
+
+def _insert(svc: Services, conn: Connection, chat_id: str, members: Sequence[str], m: Incoming,
+            position: int, now: str, vectors: dict[str, index.Prepared]) -> Any:
+    sent_at = m.sent_at or now
+    seq = conn.execute(
+        "INSERT INTO messages(chat_id, id, role, name, text, sent_at, turn_id, speaker_id, position,"
+        " tokens, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        (chat_id, m.id, m.role, m.name, m.text, sent_at, m.turn_id, m.speaker_id, position,
+         m.tokens, now, now)).lastrowid
+    witnesses = [*members, m.speaker_id] if m.speaker_id else list(members)
+    row = fetch(conn, chat_id, m.id)
+    _index(conn, row, _vector(svc, vectors, m.text), witnesses)
+    return row
+
+
+def _update(svc: Services, conn: Connection, row: Any, m: Incoming, now: str,
+            vectors: dict[str, index.Prepared]) -> str:
+    """'edited', 'updated' or 'unchanged'. Re-sending the same message changes nothing."""
+    position = row["position"] if m.position is None else m.position
+    turn_id = m.turn_id if m.turn_id is not None else row["turn_id"]
+    speaker_id = m.speaker_id if m.speaker_id is not None else row["speaker_id"]
+    sent_at = m.sent_at or row["sent_at"]
+    new = (m.role, m.name, m.text, sent_at, turn_id, speaker_id, position)
+    old = tuple(row[k] for k in ("role", "name", "text", "sent_at", "turn_id", "speaker_id", "position"))
+    if new == old:
+        return "unchanged"
+    edited = m.text != row["text"]
+    conn.execute(
+        "UPDATE messages SET role=?, name=?, text=?, sent_at=?, turn_id=?, speaker_id=?, position=?,"
+        " tokens=?, updated_at=?, version=version+1 WHERE seq=?",
+        (*new, m.tokens if edited else row["tokens"], now, row["seq"]))
+    # The witnesses stay those of when it was said (plus a newly named speaker).
+    known = set(_known_by(conn, row["seq"]) or [])
+    if speaker_id:
+        known.add(speaker_id)
+    if edited:
+        _index(conn, fetch(conn, row["chat_id"], row["id"]), _vector(svc, vectors, m.text), known)
+    else:
+        index.update_meta(conn, KIND, str(row["seq"]), character_id=speaker_id, known_by=known,
+                          position=position, speaker_name=m.name or m.role, created_at=sent_at)
+    return "edited" if edited else "updated"
+
+
+def _known_by(conn: Connection, seq: int) -> list[str] | None:
+    row = conn.execute("SELECT known_by FROM docs WHERE kind=? AND ref_id=?", (KIND, str(seq))).fetchone()
+    return None if row is None else loads(row[0])
+
+
+def delete_rows(conn: Connection, rows: Sequence[Any]) -> int:
+    """Delete messages and their index entries (inside a write)."""
+    index.remove(conn, KIND, [str(r["seq"]) for r in rows])
+    conn.executemany("DELETE FROM messages WHERE seq=?", [(r["seq"],) for r in rows])
+    return len(rows)
+
+
+def delete_chat(conn: Connection, chat_id: str) -> int:
+    """Delete every message of a chat and their index entries (inside a write)."""
+    return delete_rows(conn, conn.execute("SELECT seq FROM messages WHERE chat_id=?", (chat_id,)).fetchall())

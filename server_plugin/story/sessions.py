@@ -1,0 +1,267 @@
+"""Sessions (rule SW2): numbered stretches of a chat, each summarised in full and in one paragraph.
+
+A session is open from its first message until `POST …/sessions/end`, or until a message arrives
+more than `session_gap_hours` after the one before it (that message opens the next session). An
+ended session gets a session_summary job: a full summary, a one-paragraph short one, quotes, and
+what it proposes for the campaign notes (SW3). Other modules add their own session-end work
+(character memories, scene summaries, sheet drafts…) with `on_session_end(fn)`; fn(svc, conn,
+chat_id, n) runs inside the transaction that ends the session and returns how many jobs it queued.
+
+`story_summary_parts` is what the context assembler shows as the Story Summary: the latest full
+session summary, the short ones of the sessions before it, then the summary tiers (RV3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any, Callable, Sequence
+
+from . import chats, messages, notes, summaries
+from ..retrieval import docs
+from ..jobs import queue as jobs, prompts
+from ..clock import parse_iso
+from ..store.db import Connection, dumps, loads
+from ..errors import NotFound
+from ..core.quotes import Quote
+from ..services import Services
+
+KIND = "session_summary"
+SessionEnd = Callable[[Services, Connection, str, int], "int | None"]
+_ON_SESSION_END: list[SessionEnd] = []
+
+
+def on_session_end(fn: SessionEnd) -> SessionEnd:
+    """Register work to queue when a session ends (may be used as a decorator)."""
+    if fn not in _ON_SESSION_END:
+        _ON_SESSION_END.append(fn)
+    return fn
+
+
+# --- rows ------------------------------------------------------------------------------------
+def _full(row: Any) -> str | None:
+    if row["full"] is None:
+        return None
+    return summaries.render(row["full"], loads(row["quotes"]) or [])
+
+
+def to_dict(row: Any, message_count: int, full: bool = False) -> dict[str, Any]:
+    out = {
+        "n": row["n"], "state": row["state"], "started_at": row["started_at"],
+        "ended_at": row["ended_at"], "end_reason": row["end_reason"], "short": row["short"],
+        "message_count": message_count, "stale": bool(row["stale"]),
+    }
+    if full:
+        out["full"] = _full(row)
+        out["quotes"] = loads(row["quotes"]) or []
+    return out
+
+
+def _counts(conn: Connection, chat_id: str) -> dict[int, int]:
+    return dict(conn.execute("SELECT session_n, count(*) FROM messages WHERE chat_id=? AND"
+                             " session_n IS NOT NULL GROUP BY session_n", (chat_id,)).fetchall())
+
+
+def list_sessions(svc: Services, chat_id: str) -> list[dict[str, Any]]:
+    """Every session of a chat with its short summary (SW2)."""
+    chats.get(svc, chat_id)
+    with svc.db.read() as conn:
+        counts = _counts(conn, chat_id)
+        rows = conn.execute("SELECT * FROM sessions WHERE chat_id=? ORDER BY n", (chat_id,)).fetchall()
+        return [to_dict(r, counts.get(r["n"], 0)) for r in rows]
+
+
+def get(svc: Services, chat_id: str, n: int) -> dict[str, Any]:
+    """One session with its full summary (SW2: the model may ask for any session)."""
+    chats.get(svc, chat_id)
+    with svc.db.read() as conn:
+        row = conn.execute("SELECT * FROM sessions WHERE chat_id=? AND n=?", (chat_id, n)).fetchone()
+        if row is None:
+            raise NotFound("session_not_found", f"Chat {chat_id!r} has no session {n}.")
+        return to_dict(row, _counts(conn, chat_id).get(n, 0), full=True)
+
+
+def _open(conn: Connection, chat_id: str) -> Any:
+    return conn.execute("SELECT * FROM sessions WHERE chat_id=? AND state='open'", (chat_id,)).fetchone()
+
+
+# --- opening and ending ----------------------------------------------------------------------
+def place(svc: Services, conn: Connection, chat_id: str, inserted: Sequence[Any]) -> list[int]:
+    """Put new messages in the open session, ending it first when one came after a gap.
+
+    Returns the numbers of the sessions ended (their jobs are already queued)."""
+    gap = timedelta(hours=float(svc.settings.session_gap_hours))
+    current = _open(conn, chat_id)
+    last_at = current["last_at"] if current else None
+    n = current["n"] if current else None
+    ended = []
+    for row in inserted:
+        sent = row["sent_at"]
+        if n is not None and last_at is not None and parse_iso(sent) - parse_iso(last_at) > gap:
+            conn.execute("UPDATE sessions SET last_at=? WHERE chat_id=? AND n=?", (last_at, chat_id, n))
+            _end(svc, conn, chat_id, n, "gap", last_at)
+            ended.append(n)
+            n = None
+        if n is None:
+            n = _start(svc, conn, chat_id, sent)
+            last_at = sent
+        conn.execute("UPDATE messages SET session_n=? WHERE seq=?", (n, row["seq"]))
+        docs.update_meta(conn, messages.KIND, str(row["seq"]), session_key=messages.session_key(chat_id, n))
+        last_at = max(last_at or sent, sent)
+    if n is not None:
+        conn.execute("UPDATE sessions SET last_at=?, updated_at=? WHERE chat_id=? AND n=?",
+                     (last_at, svc.clock.iso(), chat_id, n))
+    return ended
+
+
+def _start(svc: Services, conn: Connection, chat_id: str, started_at: str) -> int:
+    n = conn.execute("SELECT coalesce(max(n), 0) + 1 FROM sessions WHERE chat_id=?", (chat_id,)).fetchone()[0]
+    conn.execute("INSERT INTO sessions(chat_id, n, state, started_at, last_at, updated_at)"
+                 " VALUES (?,?,'open',?,?,?)", (chat_id, n, started_at, started_at, svc.clock.iso()))
+    return n
+
+
+def _end(svc: Services, conn: Connection, chat_id: str, n: int, reason: str, ended_at: str) -> int:
+    """Close a session and queue its summary and every registered session-end job."""
+    conn.execute("UPDATE sessions SET state='ended', ended_at=?, end_reason=?, updated_at=?"
+                 " WHERE chat_id=? AND n=?", (ended_at, reason, svc.clock.iso(), chat_id, n))
+    jobs.enqueue(svc, KIND, chat_id=chat_id, ref=str(n), target={"n": n})
+    queued = 1
+    for fn in list(_ON_SESSION_END):
+        queued += int(fn(svc, conn, chat_id, n) or 0)
+    return queued
+
+
+def end(svc: Services, chat_id: str) -> dict[str, Any] | None:
+    """`POST …/sessions/end`: close the open session now; None when no session is open."""
+    chats.get(svc, chat_id)
+    with svc.db.write() as conn:
+        current = _open(conn, chat_id)
+        if current is None:
+            return None
+        _end(svc, conn, chat_id, current["n"], "call", svc.clock.iso())
+        row = conn.execute("SELECT * FROM sessions WHERE chat_id=? AND n=?", (chat_id, current["n"])).fetchone()
+        return to_dict(row, _counts(conn, chat_id).get(current["n"], 0))
+
+
+def resummarize(svc: Services, chat_id: str, n: int) -> dict[str, Any]:
+    """Queue an ended session's summary again (after edits made it stale)."""
+    current = get(svc, chat_id, n)
+    if current["state"] == "open":
+        return {"n": n, "jobs_enqueued": 0}
+    job_id = jobs.enqueue(svc, KIND, chat_id=chat_id, ref=str(n), target={"n": n})
+    return {"n": n, "jobs_enqueued": 1, "job_id": job_id}
+
+
+def mark_stale(conn: Connection, chat_id: str, rows: Sequence[Any]) -> None:
+    """Messages of summarised sessions were edited or deleted: those summaries are stale."""
+    numbers = sorted({r["session_n"] for r in rows if r["session_n"] is not None})
+    conn.executemany("UPDATE sessions SET stale=1 WHERE chat_id=? AND n=? AND state='summarized'",
+                     [(chat_id, n) for n in numbers])
+
+
+# --- the session-summary job -----------------------------------------------------------------
+def _build(svc: Services, job: jobs.Job) -> prompts.Prompt | None:
+    conn = svc.db.reader()
+    n = int(job.target["n"])
+    rows = messages.ordered(conn, job.chat_id, "session_n=?", [n])
+    if not rows:
+        return None
+    earlier, tail = _fit(svc, conn, rows)
+    open_notes = [prompts.NoteInput(x["id"], x["text"], x["priority"])
+                  for x in notes.open_rows(conn, job.chat_id, int(svc.settings.notes_in_prompt))]
+    s = svc.settings
+    return prompts.session_summary(
+        [messages.chat_message(svc, r) for r in tail], earlier=earlier, open_notes=open_notes,
+        session=n, full_tokens=int(s.session_full_tokens), short_tokens=int(s.session_short_tokens),
+        max_quotes=int(s.summary_max_quotes), max_threads=int(s.session_max_threads))
+
+
+def _fit(svc: Services, conn: Connection, rows: Sequence[Any]) -> tuple[list[prompts.SummaryInput], list[Any]]:
+    """A session too long for one prompt goes in as its chunk summaries plus the messages they do
+    not cover (the newest that fit the budget)."""
+    budget = int(svc.settings.session_prompt_max_tokens)
+    limit = int(svc.settings.prompt_message_max_tokens)
+    if sum(min(r["tokens"], limit) for r in rows) <= budget:
+        return [], list(rows)
+    ids = sorted({r["summary_id"] for r in rows if r["summary_id"]})
+    marks = ",".join("?" * len(ids))
+    found = conn.execute(f"SELECT * FROM summaries WHERE id IN ({marks}) AND text IS NOT NULL"
+                         f" ORDER BY {summaries.ORDER}", ids).fetchall() if ids else []
+    earlier = [prompts.SummaryInput(s["id"], s["text"], tuple(Quote(**q) for q in loads(s["quotes"]) or []))
+               for s in found]
+    covered = {s["id"] for s in found}
+    rest = [r for r in rows if r["summary_id"] not in covered]
+    return earlier, messages.newest_within(rest, budget, limit)
+
+
+def _apply(svc: Services, conn: Connection, job: jobs.Job, result: prompts.SessionSummary,
+           prepared: Any) -> dict[str, Any]:
+    n = int(job.target["n"])
+    row = conn.execute("SELECT * FROM sessions WHERE chat_id=? AND n=?", (job.chat_id, n)).fetchone()
+    if row is None:
+        return {"skipped": "the session is gone"}
+    quotes = [asdict(q) for q in result.quotes]
+    conn.execute("UPDATE sessions SET state='summarized', full=?, short=?, quotes=?, stale=0,"
+                 " updated_at=? WHERE chat_id=? AND n=?",
+                 (result.full, result.short, dumps(quotes), svc.clock.iso(), job.chat_id, n))
+    written = notes.apply_session(svc, conn, job.chat_id, result.notes, result.resolved_note_ids,
+                                  session_n=n, turn_id=job.turn_id, job_id=job.id)
+    if prepared is not None:
+        _index(conn, job.chat_id, n, row, prepared, result)
+    return {"session": n, **written, "dropped_quotes": len(result.dropped_quotes)}
+
+
+def _prepare(svc: Services, job: jobs.Job, result: prompts.SessionSummary) -> Any:
+    # The full summary as a search item (SW6): embedded before the job's write transaction.
+    return docs.prepare(svc, [result.render()], svc.embed_wait())[0]
+
+
+def search_ref(chat_id: str, n: int) -> str:
+    """The search index id of a session's summary ("<chat>#<n>", like its messages' session key)."""
+    return messages.session_key(chat_id, n)
+
+
+def _index(conn: Connection, chat_id: str, n: int, row: Any, prepared: docs.Prepared,
+           result: prompts.SessionSummary) -> None:
+    """Known by the session's witnesses — the chat's members and whoever spoke in it (SW9b);
+    it cites the messages it quotes (the whole session is GET …/sessions/{n})."""
+    speakers = [r[0] for r in conn.execute("SELECT DISTINCT speaker_id FROM messages WHERE chat_id=?"
+                                           " AND session_n=? AND speaker_id IS NOT NULL", (chat_id, n))]
+    docs.put(conn, KIND, search_ref(chat_id, n), prepared, created_at=row["last_at"], chat_id=chat_id,
+              known_by=[*chats.members(conn, chat_id), *speakers],
+              source_message_ids=[q.message_id for q in result.quotes])
+
+
+jobs.register(KIND, _apply, build=_build, prepare=_prepare)
+
+
+# --- for the context assembler ---------------------------------------------------------------
+def story_summary_parts(svc: Services, chat_id: str) -> list[dict[str, Any]]:
+    """The Story Summary's parts, in this order (SW2, RV3): the latest full session summary, the
+    short summaries of the `session_shorts_in_context` (5) sessions before it (oldest first), then
+    the long-term, consolidated and recent summaries (each oldest first). Each part:
+    `{id, kind, text, session?}`, kind one of session_full, session_short, long_term,
+    consolidated, recent."""
+    shorts = int(svc.settings.session_shorts_in_context)
+    with svc.db.read() as conn:
+        done = conn.execute("SELECT * FROM sessions WHERE chat_id=? AND full IS NOT NULL ORDER BY n DESC"
+                            " LIMIT ?", (chat_id, shorts + 1)).fetchall()
+        tiers = summaries.visible(conn, chat_id)
+    parts: list[dict[str, Any]] = []
+    if done:
+        latest = done[0]
+        parts.append({"id": f"session:{latest['n']}:full", "kind": "session_full",
+                      "session": latest["n"], "text": _full(latest)})
+        parts += [{"id": f"session:{r['n']}:short", "kind": "session_short", "session": r["n"],
+                   "text": r["short"]} for r in reversed(done[1:])]
+    for tier in ("long_term", "consolidated", "recent"):
+        parts += [{"id": r["id"], "kind": tier, "text": summaries.render(r["text"], loads(r["quotes"]) or [])}
+                  for r in tiers[tier]]
+    return parts
+
+
+def delete_for_chat(conn: Connection, chat_id: str) -> int:
+    numbers = [r[0] for r in conn.execute("SELECT n FROM sessions WHERE chat_id=?", (chat_id,))]
+    docs.remove(conn, KIND, [search_ref(chat_id, n) for n in numbers])
+    return conn.execute("DELETE FROM sessions WHERE chat_id=?", (chat_id,)).rowcount

@@ -1,0 +1,381 @@
+"""The live window and the three tiers of rolling summaries (rules RV2, RV3), all scoped to one chat.
+
+After a turn, the messages that left the live window and are not yet summarised are grouped into
+chunks of `summary_chunk_messages`; each chunk becomes a `recent` summary through a chunk_summary
+job. `summary_merge_count` (4) recent summaries merge into one `consolidated`, 4 consolidated into
+one `long_term` (merge jobs). A summary row exists from the moment its job is queued (text NULL
+until the job has run), records what it covers (message ids, or child summary ids) and its
+`parent_id` once merged; merged children are no longer listed in their tier once the parent has
+its text.
+
+A person may edit a summary (`edited`): the edit is never overwritten by a job, and a merge reads
+the texts as they are when it runs, so an edit is carried into the tiers above. An edited or
+deleted message marks the summary covering it `stale` and queues it again; a changed text makes
+the summary above it stale and queues that merge again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict
+from typing import Any, Iterable, Sequence
+
+from . import chats, deep_memory, messages
+from ..jobs import queue as jobs, prompts
+from ..core import window
+from ..store.db import Connection, dumps, loads
+from ..errors import Conflict, NotFound
+from ..core.quotes import Quote
+from ..services import Services
+
+TIERS = ("recent", "consolidated", "long_term")
+NEXT_TIER = {"recent": "consolidated", "consolidated": "long_term"}
+CHUNK, MERGE = "chunk_summary", "merge_summaries"
+ORDER = "pos_position, pos_seq, created_at"
+
+
+# --- the live window (RV2) -------------------------------------------------------------------
+def context_tokens_of(svc: Services, conn: Connection, chat_id: str) -> int:
+    """The context size the chat was last assembled for, or the configured default."""
+    row = conn.execute("SELECT context_tokens FROM chats WHERE id=?", (chat_id,)).fetchone()
+    value = row[0] if row is not None else None
+    return int(value or svc.settings.default_context_tokens)
+
+
+def remember_context_tokens(svc: Services, chat_id: str, context_tokens: int) -> bool:
+    """Record the context size a chat was just assembled for (RV2: the compaction after the turn
+    then uses the same window the prompt did). Writes only when it changed; True if it did."""
+    row = svc.db.reader().execute("SELECT context_tokens FROM chats WHERE id=?", (chat_id,)).fetchone()
+    if row is None or row[0] == context_tokens:
+        return False
+    with svc.db.write() as conn:
+        return conn.execute("UPDATE chats SET context_tokens=? WHERE id=?",
+                            (int(context_tokens), chat_id)).rowcount > 0
+
+
+def window_rows(svc: Services, conn: Connection, chat_id: str,
+                context_tokens: int | None = None) -> list[Any]:
+    """The live messages as rows, newest first."""
+    s = svc.settings
+    ctx = context_tokens or context_tokens_of(svc, conn, chat_id)
+    rows = messages.newest(conn, chat_id, int(s.live_window_max_messages))
+    n = window.size([r["tokens"] for r in rows], ctx, max_tokens=int(s.live_window_max_tokens),
+                    percent=float(s.live_window_percent), max_messages=int(s.live_window_max_messages))
+    return rows[:n]
+
+
+def live_window(svc: Services, chat_id: str, context_tokens: int | None = None) -> list[dict[str, Any]]:
+    """The live messages of a chat, oldest first (RV2), for `context_tokens` or the chat's
+    remembered size (`chats.context_tokens`, else the setting `default_context_tokens`)."""
+    with svc.db.read() as conn:
+        return [messages.to_dict(r) for r in reversed(window_rows(svc, conn, chat_id, context_tokens))]
+
+
+# --- rows ------------------------------------------------------------------------------------
+def _quotes(row: Any) -> list[dict[str, str]]:
+    return loads(row["quotes"]) or []
+
+
+def render(text: str, quotes: Sequence[dict[str, str]]) -> str:
+    """A summary as a context shows it: its text, then its memorable lines verbatim (SW8)."""
+    return "\n".join([text] + [f"{q['speaker']}: \u201c{q['text']}\u201d" for q in quotes])
+
+
+def to_dict(row: Any) -> dict[str, Any]:
+    return {
+        "id": row["id"], "chat_id": row["chat_id"], "tier": row["tier"], "text": row["text"],
+        "quotes": _quotes(row), "covers": loads(row["covers"]), "parent_id": row["parent_id"],
+        "edited": bool(row["edited"]), "stale": bool(row["stale"]), "turn_id": row["turn_id"],
+        "created_at": row["created_at"], "updated_at": row["updated_at"], "version": row["version"],
+    }
+
+
+def _fetch(conn: Connection, summary_id: str) -> Any:
+    return conn.execute("SELECT * FROM summaries WHERE id=?", (summary_id,)).fetchone()
+
+
+def get(svc: Services, summary_id: str) -> dict[str, Any]:
+    row = _fetch(svc.db.reader(), summary_id)
+    if row is None:
+        raise NotFound("summary_not_found", f"No summary with id {summary_id!r}.")
+    return to_dict(row)
+
+
+def _insert(svc: Services, conn: Connection, chat_id: str, tier: str, covers: list[str],
+            pos: tuple[int, int], turn_id: str | None) -> str:
+    summary_id = "s_" + uuid.uuid4().hex
+    now = svc.clock.iso()
+    conn.execute("INSERT INTO summaries(id, chat_id, tier, covers, pos_position, pos_seq, turn_id,"
+                 " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                 (summary_id, chat_id, tier, dumps(covers), pos[0], pos[1], turn_id, now, now))
+    return summary_id
+
+
+def visible(conn: Connection, chat_id: str) -> dict[str, list[Any]]:
+    """Summaries with a text, by tier, in order; children of a finished merge are left out."""
+    rows = conn.execute(
+        f"SELECT s.* FROM summaries s LEFT JOIN summaries p ON p.id = s.parent_id"
+        f" WHERE s.chat_id=? AND s.text IS NOT NULL AND (s.parent_id IS NULL OR p.text IS NULL)"
+        f" ORDER BY s.{ORDER.replace(', ', ', s.')}", (chat_id,)).fetchall()
+    return {tier: [r for r in rows if r["tier"] == tier] for tier in TIERS}
+
+
+def unsummarized_count(conn: Connection, chat_id: str) -> int:
+    """Messages not yet covered by a finished recent summary (the panel shows it, RV3)."""
+    return conn.execute(
+        "SELECT count(*) FROM messages m LEFT JOIN summaries s ON s.id = m.summary_id"
+        " WHERE m.chat_id=? AND (m.summary_id IS NULL OR s.text IS NULL)", (chat_id,)).fetchone()[0]
+
+
+def listing(svc: Services, chat_id: str) -> dict[str, Any]:
+    """`{recent[], consolidated[], long_term[], unsummarized_count}` (RV3)."""
+    chats.get(svc, chat_id)
+    with svc.db.read() as conn:
+        tiers = visible(conn, chat_id)
+        out: dict[str, Any] = {tier: [to_dict(r) for r in rows] for tier, rows in tiers.items()}
+        out["unsummarized_count"] = unsummarized_count(conn, chat_id)
+        out["pending_count"] = conn.execute(
+            "SELECT count(*) FROM summaries WHERE chat_id=? AND text IS NULL", (chat_id,)).fetchone()[0]
+    return out
+
+
+# --- compaction (RV3) ------------------------------------------------------------------------
+def after_write(svc: Services, conn: Connection, chat_id: str, changes: messages.Changes) -> int:
+    """What a message write sets off: stale summaries for edits, compaction after a turn.
+    Returns how many jobs were queued."""
+    queued = mark_stale(svc, conn, chat_id, [r["id"] for r in changes.edited])
+    turns = [r for r in changes.written if r["role"] == "assistant"]
+    if turns:  # an assistant message written (new, swiped, or re-sent for a new turn) ends a turn
+        queued += compact(svc, conn, chat_id, turns[-1]["turn_id"])
+    return queued
+
+
+def compact(svc: Services, conn: Connection, chat_id: str, turn_id: str | None) -> int:
+    """Chunk the messages that left the live window and are not summarised; queue their jobs.
+
+    Only whole chunks are made: a remainder waits for the next turn. Returns the jobs queued.
+    """
+    live = {r["seq"] for r in window_rows(svc, conn, chat_id)}
+    waiting = [r for r in messages.ordered(conn, chat_id, "summary_id IS NULL") if r["seq"] not in live]
+    size = int(svc.settings.summary_chunk_messages)
+    queued = 0
+    for start in range(0, len(waiting) - len(waiting) % size, size):
+        chunk = waiting[start:start + size]
+        summary_id = _insert(svc, conn, chat_id, "recent", [r["id"] for r in chunk],
+                             (chunk[0]["position"], chunk[0]["seq"]), turn_id)
+        conn.executemany("UPDATE messages SET summary_id=? WHERE seq=?",
+                         [(summary_id, r["seq"]) for r in chunk])
+        jobs.enqueue(svc, CHUNK, chat_id=chat_id, turn_id=turn_id, ref=summary_id,
+                     target={"summary_id": summary_id})
+        queued += 1
+    if queued:
+        queued += deep_memory.after_compaction(svc, conn, chat_id, turn_id)
+    return queued
+
+
+def _maybe_merge(svc: Services, conn: Connection, chat_id: str, tier: str, turn_id: str | None) -> int:
+    """While the oldest `summary_merge_count` unmerged summaries of a tier are all written, queue
+    their merge into the next tier (in order: a pending one holds the later ones back).
+    Returns the jobs queued."""
+    if tier not in NEXT_TIER:
+        return 0
+    count = int(svc.settings.summary_merge_count)
+    queued = 0
+    while True:
+        rows = conn.execute(f"SELECT * FROM summaries WHERE chat_id=? AND tier=? AND parent_id IS NULL"
+                            f" ORDER BY {ORDER} LIMIT ?", (chat_id, tier, count)).fetchall()
+        if len(rows) < count or any(r["text"] is None for r in rows):
+            return queued
+        parent = _insert(svc, conn, chat_id, NEXT_TIER[tier], [r["id"] for r in rows],
+                         (rows[0]["pos_position"], rows[0]["pos_seq"]), turn_id)
+        conn.executemany("UPDATE summaries SET parent_id=? WHERE id=?", [(parent, r["id"]) for r in rows])
+        jobs.enqueue(svc, MERGE, chat_id=chat_id, turn_id=turn_id, ref=parent,
+                     target={"summary_id": parent})
+        queued += 1
+
+
+def _requeue(svc: Services, conn: Connection, row: Any, turn_id: str | None = None) -> int:
+    """Queue a summary's job again (its inputs changed), unless a person's edit stands."""
+    if row["edited"]:
+        return 0
+    kind = CHUNK if row["tier"] == "recent" else MERGE
+    jobs.enqueue(svc, kind, chat_id=row["chat_id"], turn_id=turn_id, ref=row["id"],
+                 target={"summary_id": row["id"]})
+    return 1
+
+
+def _parent_changed(svc: Services, conn: Connection, row: Any) -> int:
+    """A summary's text changed: the finished summary above it is stale and merges again."""
+    if row["parent_id"] is None:
+        return 0
+    parent = _fetch(conn, row["parent_id"])
+    if parent is None or parent["text"] is None:
+        return 0  # not merged yet: its job reads the current texts when it runs
+    conn.execute("UPDATE summaries SET stale=1 WHERE id=?", (parent["id"],))
+    return _requeue(svc, conn, parent)
+
+
+def mark_stale(svc: Services, conn: Connection, chat_id: str, message_ids: Iterable[str]) -> int:
+    """Edited messages: the recent summaries covering them are stale and summarised again."""
+    ids = list(message_ids)
+    if not ids:
+        return 0
+    summary_ids = {r["summary_id"] for r in messages.by_ids(conn, chat_id, ids) if r["summary_id"]}
+    queued = 0
+    for summary_id in sorted(summary_ids):
+        row = _fetch(conn, summary_id)
+        if row is None or row["text"] is None:
+            continue  # still pending: its job reads the current messages
+        conn.execute("UPDATE summaries SET stale=1 WHERE id=?", (summary_id,))
+        queued += _requeue(svc, conn, row)
+    return queued
+
+
+# --- the jobs --------------------------------------------------------------------------------
+def _live_target(svc: Services, job: jobs.Job) -> Any:
+    return _fetch(svc.db.reader(), job.target["summary_id"])
+
+
+def _build_chunk(svc: Services, job: jobs.Job) -> prompts.Prompt | None:
+    row = _live_target(svc, job)
+    if row is None:
+        return None
+    conn = svc.db.reader()
+    rows = messages.by_ids(conn, row["chat_id"], loads(row["covers"]))
+    if not rows:
+        return None
+    before = conn.execute(
+        f"SELECT text FROM summaries WHERE chat_id=? AND tier='recent' AND text IS NOT NULL AND"
+        f" (pos_position, pos_seq) < (?, ?) ORDER BY {ORDER.replace(', ', ' DESC, ')} DESC LIMIT 1",
+        (row["chat_id"], row["pos_position"], row["pos_seq"])).fetchone()
+    return prompts.chunk_summary([messages.chat_message(svc, r) for r in rows],
+                                 previous=before[0] if before else "",
+                                 budget_tokens=int(svc.settings.summary_recent_tokens),
+                                 max_quotes=int(svc.settings.summary_max_quotes))
+
+
+def _build_merge(svc: Services, job: jobs.Job) -> prompts.Prompt | None:
+    row = _live_target(svc, job)
+    if row is None:
+        return None
+    children = svc.db.reader().execute(
+        f"SELECT * FROM summaries WHERE parent_id=? AND text IS NOT NULL ORDER BY {ORDER}",
+        (row["id"],)).fetchall()
+    if not children:
+        return None
+    budget = svc.settings.summary_consolidated_tokens if row["tier"] == "consolidated" \
+        else svc.settings.summary_long_term_tokens
+    inputs = [prompts.SummaryInput(c["id"], c["text"], tuple(Quote(**q) for q in _quotes(c)))
+              for c in children]
+    return prompts.merge_summaries(inputs, tier=row["tier"], budget_tokens=int(budget),
+                                   max_quotes=int(svc.settings.summary_max_quotes))
+
+
+def _apply(svc: Services, conn: Connection, job: jobs.Job, result: prompts.Summary,
+           prepared: Any) -> dict[str, Any]:
+    """Store a chunk or merge result; then the tier above is merged or refreshed."""
+    row = _fetch(conn, job.target["summary_id"])
+    if row is None:
+        return {"skipped": "the summary was deleted meanwhile"}
+    out: dict[str, Any] = {"summary_id": row["id"], "tier": row["tier"]}
+    if row["edited"]:
+        conn.execute("UPDATE summaries SET stale=0 WHERE id=?", (row["id"],))
+        return {**out, "kept": "a person's edit"}
+    quotes = [asdict(q) for q in result.quotes]
+    conn.execute("UPDATE summaries SET text=?, quotes=?, stale=0, updated_at=?, version=version+1"
+                 " WHERE id=?", (result.text, dumps(quotes), svc.clock.iso(), row["id"]))
+    was_new = row["text"] is None
+    queued = _maybe_merge(svc, conn, row["chat_id"], row["tier"], job.turn_id) if was_new \
+        else _parent_changed(svc, conn, row)
+    return {**out, "dropped_quotes": len(result.dropped_quotes), "jobs_queued": queued}
+
+
+jobs.register(CHUNK, _apply, build=_build_chunk)
+jobs.register(MERGE, _apply, build=_build_merge)
+
+
+# --- a person's edits, rebuild ---------------------------------------------------------------
+def edit(svc: Services, summary_id: str, text: str, version: int | None = None) -> dict[str, Any]:
+    """A person's correction: kept through later merges (they read it), never overwritten by a job."""
+    with svc.db.write() as conn:
+        row = _fetch(conn, summary_id)
+        if row is None:
+            raise NotFound("summary_not_found", f"No summary with id {summary_id!r}.")
+        if version is not None and version != row["version"]:
+            raise Conflict("version_conflict", f"Summary {summary_id} was changed meanwhile (version "
+                           f"{row['version']}, you sent {version}); reload and retry.",
+                           [{"current_version": row["version"]}])
+        conn.execute("UPDATE summaries SET text=?, edited=1, stale=0, updated_at=?, version=version+1"
+                     " WHERE id=?", (text, svc.clock.iso(), summary_id))
+        if row["text"] is None:
+            _maybe_merge(svc, conn, row["chat_id"], row["tier"], row["turn_id"])
+        else:
+            _parent_changed(svc, conn, row)
+        return to_dict(_fetch(conn, summary_id))
+
+
+def rebuild(svc: Services, chat_id: str) -> dict[str, Any]:
+    """Drop every summary of the chat (edits too) and derive them again from the transcript."""
+    chats.get(svc, chat_id)
+    with svc.db.write() as conn:
+        jobs.cancel(conn, chat_id, [CHUNK, MERGE])
+        dropped = conn.execute("DELETE FROM summaries WHERE chat_id=?", (chat_id,)).rowcount
+        conn.execute("UPDATE messages SET summary_id=NULL WHERE chat_id=?", (chat_id,))
+        queued = compact(svc, conn, chat_id, None)
+    return {"chat_id": chat_id, "dropped": dropped, "jobs_enqueued": queued}
+
+
+# --- deletes and rollback --------------------------------------------------------------------
+def _delete(svc: Services, conn: Connection, row: Any) -> int:
+    """Delete one summary: its messages become unsummarised, its children unmerged, and the
+    summary above it loses it (and goes too if it covered nothing else). Returns rows deleted."""
+    conn.execute("DELETE FROM summaries WHERE id=?", (row["id"],))
+    jobs.cancel(conn, row["chat_id"], [CHUNK, MERGE], row["id"])
+    conn.execute("UPDATE messages SET summary_id=NULL WHERE summary_id=?", (row["id"],))
+    conn.execute("UPDATE summaries SET parent_id=NULL WHERE parent_id=?", (row["id"],))
+    deleted = 1
+    parent = _fetch(conn, row["parent_id"]) if row["parent_id"] else None
+    if parent is not None:
+        deleted += _uncover(svc, conn, parent, [row["id"]])
+    return deleted
+
+
+def _uncover(svc: Services, conn: Connection, row: Any, gone: Sequence[str]) -> int:
+    """Some of what a summary covers is gone: delete it if nothing is left, else refresh it."""
+    covers = [c for c in loads(row["covers"]) if c not in gone]
+    if not covers:
+        return _delete(svc, conn, row)
+    conn.execute("UPDATE summaries SET covers=?, stale=CASE WHEN text IS NULL THEN 0 ELSE 1 END"
+                 " WHERE id=?", (dumps(covers), row["id"]))
+    if row["text"] is not None:
+        _requeue(svc, conn, row)
+    return 0
+
+
+def forget_messages(svc: Services, conn: Connection, chat_id: str, rows: Sequence[Any]) -> int:
+    """Deleted messages (rows read before the delete): the summaries covering them lose them."""
+    gone = [r["id"] for r in rows]
+    deleted = 0
+    for summary_id in sorted({r["summary_id"] for r in rows if r["summary_id"]}):
+        row = _fetch(conn, summary_id)
+        if row is not None:
+            deleted += _uncover(svc, conn, row, gone)
+    return deleted
+
+
+def rollback_turn(svc: Services, conn: Connection, chat_id: str, turn_id: str) -> dict[str, int]:
+    """RV10: the summaries a regenerated turn's compaction created (and merges it set off) go;
+    their messages are summarised again after a later turn."""
+    rows = conn.execute("SELECT id FROM summaries WHERE chat_id=? AND turn_id=? ORDER BY"
+                        " CASE tier WHEN 'long_term' THEN 0 WHEN 'consolidated' THEN 1 ELSE 2 END",
+                        (chat_id, turn_id)).fetchall()
+    deleted = 0
+    for (summary_id,) in rows:
+        row = _fetch(conn, summary_id)  # an earlier delete may have taken it already
+        if row is not None:
+            deleted += _delete(svc, conn, row)
+    return {"summaries": deleted}
+
+
+def delete_for_chat(conn: Connection, chat_id: str) -> int:
+    return conn.execute("DELETE FROM summaries WHERE chat_id=?", (chat_id,)).rowcount
