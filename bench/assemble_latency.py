@@ -39,10 +39,10 @@ import requests  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from server_plugin.story import characters, chats, lore, memories
-from server_plugin.retrieval import docs as index  # noqa: E402
 from server_plugin.app import build_services  # noqa: E402
+from server_plugin.retrieval import docs as index  # noqa: E402
 from server_plugin.settings import load_settings  # noqa: E402
+from server_plugin.story import characters, chats, lore, memories
 
 TOKEN = "bench-token-0123456789"
 PAUSE = 0.1  # seconds between a call and the floor measurement (and back)

@@ -34,8 +34,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.e2e.sidecar import Sidecar  # noqa: E402
-from tests.e2e.st import (CHROMIUM, CHROMIUM_ARGS, SillyTavernServer, STPage, configure_chronicler,  # noqa: E402
-                          ensure_sillytavern, prepare_data_root)
+from tests.e2e.st import (  # noqa: E402
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    SillyTavernServer,
+    STPage,
+    configure_chronicler,
+    ensure_sillytavern,
+    prepare_data_root,
+)
 from tests.fakellm import FakeLLM  # noqa: E402
 
 TURN_PROBE = """() => {

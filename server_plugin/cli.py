@@ -45,7 +45,7 @@ def serve(args: argparse.Namespace) -> int:
     import waitress
 
     from .app import create_app
-    from .api.security import ensure_token
+    from .settings import ensure_token
 
     settings = load_settings({"host": args.host, "port": args.port, "data_dir": args.data_dir})
     try:
@@ -78,7 +78,8 @@ def serve(args: argparse.Namespace) -> int:
 
 def install_extension(args: argparse.Namespace) -> int:
     """Copy (or link) the extension into SillyTavern and point it at this sidecar."""
-    from .sillytavern.install import InstallError, install_extension as install
+    from .sillytavern.install import InstallError
+    from .sillytavern.install import install_extension as install
 
     settings = load_settings({"data_dir": args.data_dir})
     try:
@@ -124,19 +125,14 @@ def backup(args: argparse.Namespace) -> int:
 def _offline_store(data_dir: str | None, create: bool) -> tuple[Any, Any, IO[str]]:
     """Settings, the open (migrated when `create`) database and the data folder's lock, for the
     commands that work on the store without a running sidecar. Raises AlreadyRunning."""
-    from .store.db import Database
-    from .store.migrations import migrate
+    from .app import open_store
 
     settings = load_settings({"data_dir": data_dir})
     db_path = settings.data_path / settings.db_file
     if not create and not db_path.is_file():
         raise FileNotFoundError(f"There is no Chronicler database at {db_path}.")
     lock = lock_data_dir(settings.data_path)
-    db = Database(db_path, settings.busy_timeout_ms, settings.sqlite_synchronous,
-                  settings.max_page_count)
-    if create:
-        migrate(db)
-    return settings, db, lock
+    return settings, open_store(db_path, settings, migrate=create), lock
 
 
 def export_cmd(args: argparse.Namespace) -> int:
@@ -161,12 +157,23 @@ def export_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def import_checks() -> Any:
+    """What every concept checks of an imported store, for an import without a running sidecar."""
+    from .app import wire
+    from .hooks import Hooks
+    from .jobs.queue import JobKinds
+
+    hooks = Hooks()
+    wire(JobKinds(), hooks)
+    return hooks.store_importing.send
+
+
 def import_cmd(args: argparse.Namespace) -> int:
     """Load an export into the store: all of it in one transaction, or nothing (offline)."""
     import json
 
-    from .store import portable
     from .errors import ChroniclerError
+    from .store import portable
 
     if args.replace and not args.yes:
         print("chronicler: --replace deletes everything in the store first; add --yes to confirm.",
@@ -184,7 +191,8 @@ def import_cmd(args: argparse.Namespace) -> int:
         return 3
     try:
         result = portable.import_store(db, document, "replace" if args.replace else "empty",
-                                       confirm_replace=bool(args.replace and args.yes))
+                                       confirm_replace=bool(args.replace and args.yes),
+                                       check=import_checks())
     except ChroniclerError as exc:
         print(f"chronicler: {exc.message}", file=sys.stderr)
         for detail in exc.details[:10]:

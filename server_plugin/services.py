@@ -1,29 +1,40 @@
-"""What every domain function needs, built once by the app factory and passed explicitly."""
+"""What every domain function needs, built once by the app factory and passed explicitly.
+
+Every room imports this module for the type; so it imports nothing of ours at run time (the types
+it names are imported for type checkers only), and sits under every room.
+"""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable
+from typing import TYPE_CHECKING, Any, Callable, Hashable
 
-from .clock import Clock
-from .store.db import Database
-from .retrieval.embeddings import Embedder
-from .settings import Settings
-from .core.tokens import TokenCounter
+from .hooks import Hooks
+
+if TYPE_CHECKING:
+    from .clock import Clock
+    from .core.tokens import TokenCounter
+    from .jobs.queue import JobKinds
+    from .retrieval.embeddings import Embedder
+    from .settings import Settings
+    from .store.db import Database
 
 
 @dataclass
 class Services:
-    """Settings, the database, the embedder, the token counter, the clock and the job wake-up."""
+    """Settings, the database, the embedder, the token counter, the clock, the registry of job
+    kinds, the cross-concept hooks and the job wake-up."""
 
     settings: Settings
     db: Database
     embedder: Embedder
     tokens: TokenCounter
     clock: Clock
-    # Set when a job is enqueued, so the background worker wakes at once (jobs.py).
+    jobs: JobKinds
+    hooks: Hooks = field(default_factory=Hooks)
+    # Set when a job is enqueued, so the background worker wakes at once (jobs/worker.py).
     jobs_wake: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
     _caches: dict[str, OrderedDict] = field(default_factory=dict, repr=False)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, Callable, Mapping
 import platformdirs
 
 ENV_PREFIX = "CHRONICLER_"
+TOKEN_FILE = "token"
 
 
 @dataclass(frozen=True)
@@ -334,9 +336,31 @@ def load_settings(
     if values["search_query_person"] not in {"first_person", "strip"}:
         raise SettingsError(f"search_query_person must be first_person or strip, got {values['search_query_person']!r}")
     if values["sqlite_synchronous"].upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
-        raise SettingsError(f"sqlite_synchronous must be OFF, NORMAL, FULL or EXTRA")
+        raise SettingsError("sqlite_synchronous must be OFF, NORMAL, FULL or EXTRA")
     if values["context_required_percent"] > 100:
         raise SettingsError("context_required_percent must be at most 100")
     if values["context_cards_percent"] + values["context_history_percent"] > 100:
         raise SettingsError("context_cards_percent + context_history_percent must be at most 100 (QS4)")
     return Settings(values, sources)
+
+
+def ensure_token(settings: Settings) -> tuple[str, Path | None]:
+    """The `token` setting resolved: the bearer token and the file holding it (None when it came
+    from settings or the environment).
+
+    Created at first start: random, written with mode 0600 so other local users cannot read it.
+    """
+    if settings.token:
+        return settings.token, None
+    path = settings.data_path / TOKEN_FILE
+    if path.is_file():
+        token = path.read_text(encoding="utf-8").strip()
+        if token:
+            return token, path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(token + "\n")
+    os.chmod(path, 0o600)
+    return token, path

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from server_plugin.jobs import queue
+from server_plugin.jobs import queue, worker
 from tests.conftest import expect_ok
 
 CHAT = "c1"
@@ -66,7 +66,7 @@ def summaries(api, chat_id: str = CHAT) -> dict[str, Any]:
 
 def drain(services) -> int:
     """Run every due job now (the worker is off in tests)."""
-    return queue.run_pending(services)
+    return worker.run_pending(services)
 
 
 def job_rows(services, **where: Any) -> list[Any]:

@@ -13,10 +13,10 @@ from typing import Any, Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
+from server_plugin.api.schemas import default_schemas  # noqa: E402
 from server_plugin.app import build_services, create_app  # noqa: E402
 from server_plugin.clock import FakeClock  # noqa: E402
 from server_plugin.retrieval.embeddings import Embedder  # noqa: E402
-from server_plugin.api.schemas import default_schemas  # noqa: E402
 from server_plugin.settings import load_settings  # noqa: E402
 
 TOKEN = "test-token-0123456789"

@@ -13,8 +13,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server_plugin.core.assemble import (DYNAMIC, REQUIRED, Candidates, Card, CardStats, Item,
-                                         LastAction, Message, Placement, Rules, assemble)
+from server_plugin.core.assemble import (
+    DYNAMIC,
+    REQUIRED,
+    Candidates,
+    Card,
+    CardStats,
+    Item,
+    LastAction,
+    Message,
+    Placement,
+    Rules,
+    assemble,
+)
 from server_plugin.core.tokens import get_counter
 
 C = get_counter()

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from server_plugin.sillytavern import chat_file as backfill
 from server_plugin.cli import lock_data_dir, main
+from server_plugin.sillytavern import chat_file as backfill
 from tests import stchat
 from tests.harness.ledger import open_db, store_problems
 from tests.harness.process import SidecarProcess

@@ -10,14 +10,14 @@ import threading
 import time
 from pathlib import Path
 
-from server_plugin.store.backup import BackupError, backup_database, default_backup_path
+import pytest
+
 from server_plugin.cli import main
+from server_plugin.store.backup import BackupError, backup_database, default_backup_path
 from tests.harness.client import Client
 from tests.harness.ledger import open_db, store_problems
 from tests.harness.process import SidecarProcess
 from tests.harness.workload import Worker, snapshot
-
-import pytest
 
 
 def _memory(api, text: str) -> str:

@@ -595,7 +595,7 @@ def test_rv5_rv16_search_in_the_bank_keeps_the_chats_scopes_and_switches(api):
 def test_qs8_fusion_puts_an_item_both_lists_rank_high_first(services):
     """rule QS8: the per-turn set and search's results are fused by reciprocal rank."""
     from server_plugin.core.assemble import Item
-    from server_plugin.story.context import memory_bank
+    from server_plugin.retrieval.bank import memory_bank
     unpinned = [{"id": "x", "text": "X", "version": 1}, {"id": "y", "text": "Y", "version": 1}]
     found = [Item("message:m1", "P: old line"), Item("y", "Y")]
     fused = memory_bank(services, None, unpinned, found)

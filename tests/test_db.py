@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 
 import pytest
+from conftest import expect_error
 
 from server_plugin.retrieval import docs as index
 from server_plugin.store import migrations
 from server_plugin.store.db import Database, StorageFull, sqlite3
-from conftest import expect_error
 
 
 def test_sqlite_module_can_load_extensions_and_has_vec_and_fts5(tmp_path):

@@ -7,8 +7,8 @@ import json
 from typing import Any, Iterator
 
 import pytest
-
 from conftest import expect_error, expect_ok
+
 from tests.fakellm import FakeLLM
 
 AYLA = "ayla.png"

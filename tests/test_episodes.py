@@ -9,13 +9,24 @@ import json
 
 import pytest
 
-from server_plugin.jobs import queue
+from server_plugin.jobs import queue, worker
 from tests.chatkit import drain, job_rows, turn_messages, turns
 from tests.conftest import expect_error, expect_ok
-from tests.episodekit import (fake,  # noqa: F401  (a fixture)
-                              QUIET, Labels, chat, end_session, episodes, index_count,
-                              index_entry, line, messages_by_id, no_orphans, post_lines,
-                              register_cast)
+from tests.episodekit import (  # noqa: F401  (a fixture)
+    QUIET,
+    Labels,
+    chat,
+    end_session,
+    episodes,
+    fake,
+    index_count,
+    index_entry,
+    line,
+    messages_by_id,
+    no_orphans,
+    post_lines,
+    register_cast,
+)
 
 KEEPER = "I left the harbour because of the lantern keeper."
 HARBOUR = [
@@ -117,7 +128,7 @@ def test_rv16_memory_off_queues_no_extraction(api, services):
     turns(api, 0, 2)
     api.put("/v1/chats/c1", json={"memory_enabled": False})
     end_session(api, "c1")
-    assert [r for r in job_rows(services) if r["kind"] in queue.registered()
+    assert [r for r in job_rows(services) if r["kind"] in services.jobs.names()
             and r["kind"] in ("character_memories", "scene_summaries", "told_events")] == []
 
 
@@ -216,9 +227,9 @@ def test_sw4_malformed_model_output_fails_the_job_and_stores_nothing(one_attempt
     with_model.builders["character_memories"] = lambda lb: {"memories": [ayla_memory(lb)]}
     harbour(api)
     assert job_rows(services)[0]["kind"] == "session_summary"
-    queue.run_one(services)  # the session summary
+    worker.run_one(services)  # the session summary
     fake.garbage_next(1)
-    queue.run_one(services)  # the character memories get garbage
+    worker.run_one(services)  # the character memories get garbage
     [row] = job_rows(services, kind="character_memories")
     assert row["state"] == "failed" and "rejected" in row["error"]
     assert episodes(api, kind="character_memory") == [] and index_count(services, "character_memory") == 0

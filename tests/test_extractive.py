@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import pytest
 
-from server_plugin.jobs import extractive as X
-from server_plugin.jobs import prompts as P
-from server_plugin.jobs.prompts import (CharacterMemory, CharacterRef, ChatMessage, Extraction,
-                                        MemoryDraft, SceneSummary, SecretInput, SessionSummary,
-                                        Summary, SummaryInput, ToldEvent)
 from server_plugin.core.quotes import find_verbatim
 from server_plugin.core.tokens import get_counter
+from server_plugin.jobs import extractive as X
+from server_plugin.jobs import prompts as P
+from server_plugin.jobs.prompts import (
+    CharacterMemory,
+    CharacterRef,
+    ChatMessage,
+    Extraction,
+    MemoryDraft,
+    SceneSummary,
+    SecretInput,
+    SessionSummary,
+    Summary,
+    SummaryInput,
+    ToldEvent,
+)
 
 SAM = CharacterRef("persona-sam", "Sam", is_player=True)
 YUKI = CharacterRef("yuki.png", "Yuki")

@@ -9,7 +9,6 @@ import requests
 
 from tests.fakellm import FakeLLM
 
-
 TOOLS = [{"type": "function", "function": {"name": "remember", "parameters": {"type": "object"}}}]
 
 

@@ -29,11 +29,11 @@ from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import TOKEN, assert_schema
 from server_plugin import api
-from server_plugin.retrieval import search
 from server_plugin.app import build_services, create_app
+from server_plugin.retrieval import live_index, search
 from server_plugin.settings import load_settings
+from tests.conftest import TOKEN, assert_schema
 from tests.harness.schema_strategies import ANY_JSON, Generator
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "30"))
@@ -101,7 +101,7 @@ def fuzz_app(tmp_path_factory: pytest.TempPathFactory, embedder) -> Iterator[Any
     app = create_app(cfg, services=services)
     # Nor search's background maintenance (pruning, re-embedding after a cast change), for the same
     # reason; queries still catch the index up themselves.
-    search.stop(services)
+    live_index.stop(services)
     client = app.test_client()
     auth = {"Authorization": f"Bearer {TOKEN}"}
     for path, body in (("/v1/characters/hero.png", {"name": "Hero"}),

@@ -12,10 +12,16 @@ from pathlib import Path
 import pytest
 
 from server_plugin import cli
-from server_plugin.sillytavern.install import (CONFIG_NAME, EXTENSION_SRC, InstallError,
-                                               add_origins, install_extension, sidecar_url,
-                                               st_origins)
 from server_plugin.settings import load_settings
+from server_plugin.sillytavern.install import (
+    CONFIG_NAME,
+    EXTENSION_SRC,
+    InstallError,
+    add_origins,
+    install_extension,
+    sidecar_url,
+    st_origins,
+)
 
 
 def settings_for(data_dir: Path, **env: str):

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from server_plugin.jobs import queue as jobs
 from server_plugin.app import build_services, create_app
 from server_plugin.clock import parse_iso
+from server_plugin.jobs import queue as jobs
+from server_plugin.jobs import worker
 from tests.chatkit import drain, job_rows, post, setup_chat, summaries, turn_messages, turns
 from tests.conftest import Api, expect_error, expect_ok
 from tests.fakellm import FakeLLM
@@ -74,7 +75,7 @@ def test_openai_mode_runs_jobs_through_the_endpoint(api, services, fake):
     (the POST only queued the job: nothing reached the model until the job ran)."""
     compacted(api)
     assert fake.completions() == [] and chunk_job(services)["state"] == "pending"
-    assert jobs.run_one(services) is not None
+    assert worker.run_one(services) is not None
     sent = fake.completions()
     assert len(sent) == 1 and "lantern number 0" in sent[0]["messages"][1]["content"]
     assert summaries(api)["recent"][0]["text"] == CHUNK_ANSWER["summary"]
@@ -86,17 +87,17 @@ def test_retry_with_exponential_backoff(api, services, fake):
     for each further attempt; it is not run before then."""
     compacted(api)
     fake.fail_next(2, 500)
-    jobs.run_one(services)
+    worker.run_one(services)
     row = chunk_job(services)
     assert (row["state"], row["attempts"]) == ("pending", 1) and "500" in row["error"]
     assert seconds_until(services, row) == pytest.approx(10, abs=0.05)
-    assert jobs.run_pending(services) == 0  # not due yet
+    assert worker.run_pending(services) == 0  # not due yet
     services.clock.advance(seconds=10)
-    jobs.run_one(services)
+    worker.run_one(services)
     row = chunk_job(services)
     assert row["attempts"] == 2 and seconds_until(services, row) == pytest.approx(20, abs=0.05)
     services.clock.advance(seconds=20)
-    jobs.run_pending(services)
+    worker.run_pending(services)
     assert chunk_job(services)["state"] == "done"
 
 
@@ -104,7 +105,7 @@ def test_retry_after_is_honoured(api, services, fake):
     """A 429 with Retry-After: the job waits exactly what the server asked."""
     compacted(api)
     fake.fail_next(1, 429, retry_after=42)
-    jobs.run_one(services)
+    worker.run_one(services)
     assert seconds_until(services, chunk_job(services)) == pytest.approx(42, abs=0.05)
 
 
@@ -112,14 +113,14 @@ def test_rejected_request_fails_at_once_and_can_be_retried(api, services, fake):
     """A 401 cannot succeed by retrying: the job fails with a clear error; a person may retry it."""
     compacted(api)
     fake.fail_next(1, 401)
-    jobs.run_one(services)
+    worker.run_one(services)
     row = chunk_job(services)
     assert row["state"] == "failed" and "401" in row["error"] and "llm_key" in row["error"]
     listed = expect_ok(api.get("/v1/jobs?state=failed"), 200, "jobs.response")
     assert [j["id"] for j in listed["jobs"]] == [row["id"]] and listed["counts"]["failed"] == 1
     retried = expect_ok(api.post(f"/v1/jobs/{row['id']}/retry", json={}), 200, "job.response")["job"]
     assert (retried["state"], retried["attempts"], retried["error"]) == ("pending", 0, None)
-    jobs.run_pending(services)
+    worker.run_pending(services)
     assert chunk_job(services)["state"] == "done"
     expect_error(api.post(f"/v1/jobs/{row['id']}/retry", json={}), 409, "job_not_failed")
 
@@ -135,11 +136,11 @@ def test_garbage_answers_fail_the_job_and_store_nothing(few_attempts, api, servi
     out of attempts, the job is failed."""
     compacted(api)
     fake.garbage_next(2)
-    jobs.run_one(services)
+    worker.run_one(services)
     row = chunk_job(services)
     assert row["state"] == "pending" and "rejected" in row["error"]
     services.clock.advance(seconds=10)
-    jobs.run_one(services)
+    worker.run_one(services)
     row = chunk_job(services)
     assert (row["state"], row["attempts"]) == ("failed", 2)
     listed = summaries(api)
@@ -150,12 +151,12 @@ def test_timeout_goes_back_to_the_queue(api, services, fake):
     """A model that does not answer within llm_read_timeout: the attempt times out and is retried."""
     compacted(api)
     fake.delay = 1.5
-    jobs.run_one(services)
+    worker.run_one(services)
     row = chunk_job(services)
     assert row["state"] == "pending" and "did not answer within" in row["error"]
     fake.delay = 0
     services.clock.advance(seconds=10)
-    jobs.run_pending(services)
+    worker.run_pending(services)
     assert chunk_job(services)["state"] == "done"
 
 
@@ -164,16 +165,16 @@ def test_lease_expiry_reclaims_a_job_and_discards_the_late_result(api, services,
     worker's late result is then not applied (the job is someone else's attempt)."""
     compacted(api)
     with services.db.write() as conn:  # a worker claims it, then hangs (or dies)
-        lost = jobs._claim(services, conn, "worker", ["chunk_summary"])
+        lost = jobs.claim_next(services, conn, "worker", ["chunk_summary"])
     assert chunk_job(services)["state"] == "running"
-    assert jobs.run_pending(services) == 0  # leased: nobody else takes it
+    assert worker.run_pending(services) == 0  # leased: nobody else takes it
     services.clock.advance(seconds=services.settings.job_lease_seconds + 1)
-    assert jobs.run_one(services) == lost.id  # reclaimed and run again
+    assert worker.run_one(services) == lost.id  # reclaimed and run again
     row = chunk_job(services)
     assert (row["state"], row["attempts"]) == ("done", 2)
     from server_plugin.jobs.prompts import Summary
     late = Summary("A stale result from the lost worker.", (), ("u0", "a0"))
-    assert jobs._finish(services, lost, jobs._HANDLERS["chunk_summary"], late) is False
+    assert worker._finish(services, lost, services.jobs.handler("chunk_summary"), late) is False
     assert summaries(api)["recent"][0]["text"] == CHUNK_ANSWER["summary"]
 
 
@@ -185,7 +186,7 @@ def test_jobs_survive_a_restart(api, services, settings, embedder, clock):
     setup_chat(api)
     turns(api, 0, 5)
     with services.db.write() as conn:
-        jobs._claim(services, conn, "worker", ["chunk_summary"])  # running when the sidecar stops
+        jobs.claim_next(services, conn, "worker", ["chunk_summary"])  # running when the sidecar stops
     states = sorted(r["state"] for r in job_rows(services))
     assert states == ["pending", "pending", "running"]
     services.db.close()
@@ -193,7 +194,7 @@ def test_jobs_survive_a_restart(api, services, settings, embedder, clock):
     try:
         create_app(settings, services=again)  # startup: recover
         assert sorted(r["state"] for r in job_rows(again)) == ["pending"] * 3
-        assert jobs.run_pending(again) == 3
+        assert worker.run_pending(again) == 3
         assert {r["state"] for r in job_rows(again)} == {"done"}
         assert len(Api(create_app(settings, services=again).test_client())
                    .get("/v1/chats/c1/summaries").get_json()["recent"]) == 3
@@ -234,7 +235,7 @@ def test_client_mode_claim_and_complete(api, services):
     """LLM mode client: the worker runs no LLM job; the extension claims one with generateRaw's
     arguments, runs it, posts the text back; it is parsed strictly and applied."""
     compacted(api)
-    assert jobs.run_pending(services) == 0
+    assert worker.run_pending(services) == 0
     claimed = expect_ok(api.post("/v1/jobs/claim", json={}), 200, "job_claim.response")
     job = claimed["job"]
     assert claimed["mode"] == "client" and job["kind"] == "chunk_summary" and job["attempt"] == 1

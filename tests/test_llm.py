@@ -12,11 +12,19 @@ from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from fakellm import FakeLLM
+
 from server_plugin.jobs import extractive, llm, prompts
-from server_plugin.jobs.llm import (LLMBadResponse, LLMConfigError, LLMRateLimited, LLMRejected,
-                                    LLMUnavailable, OpenAICompatible, normalise_url, run_prompt)
+from server_plugin.jobs.llm import (
+    LLMBadResponse,
+    LLMConfigError,
+    LLMRateLimited,
+    LLMRejected,
+    LLMUnavailable,
+    OpenAICompatible,
+    normalise_url,
+    run_prompt,
+)
 from server_plugin.jobs.prompts import ChatMessage, Summary
 
 KEY = "sk-test-SECRET-0123456789"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import copy
 
-from server_plugin.retrieval import docs as index
 from conftest import expect_error, expect_ok
+
+from server_plugin.retrieval import docs as index
 
 
 def make(api, **fields):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-
 from conftest import T0, TOKEN, expect_error, expect_ok
+
 from server_plugin.clock import to_iso
 from server_plugin.story.memories import spread_evenly
 

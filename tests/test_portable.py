@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from server_plugin.jobs import queue
-from server_plugin.store import portable
 from server_plugin.app import build_services, create_app
 from server_plugin.cli import lock_data_dir, main
 from server_plugin.clock import FakeClock
+from server_plugin.jobs import queue, worker
 from server_plugin.settings import load_settings
+from server_plugin.store import portable
 from tests import chatkit
 from tests.conftest import T0, TOKEN, Api, expect_error, expect_ok
 from tests.harness.ledger import store_problems
@@ -142,7 +142,7 @@ def test_pending_jobs_resume_after_an_import(filled, tmp_path, embedder):
         pending = queue.counts(svc_b).get("pending", 0)
         assert pending > 0
         svc_b.clock.advance(hours=1)  # this store's clock started at T0; the jobs were due later
-        assert queue.run_pending(svc_b) >= pending
+        assert worker.run_pending(svc_b) >= pending
         assert queue.counts(svc_b).get("pending", 0) == 0
         summaries = expect_ok(api_b.get("/v1/chats/Seraphina%20-%202026-11-29@16h52m03s/summaries"), 200)
         assert summaries["recent"] or summaries["consolidated"]

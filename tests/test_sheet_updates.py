@@ -9,13 +9,12 @@ import re
 
 import pytest
 
-from server_plugin.jobs import extractive, queue as jobs, prompts
-from server_plugin.jobs.prompts import (CharacterRef, ChatMessage, Newcomer, PromptParseError,
-                                        SheetInput)
+from server_plugin.jobs import extractive, prompts
+from server_plugin.jobs import queue as jobs
+from server_plugin.jobs.prompts import CharacterRef, ChatMessage, Newcomer, PromptParseError, SheetInput
 from tests.chatkit import drain, iso, job_rows
 from tests.conftest import expect_ok
-from tests.episodekit import (fake,  # noqa: F401  (a fixture)
-                              QUIET, Labels, chat, end_session, line, post_lines, register_cast)
+from tests.episodekit import QUIET, Labels, chat, end_session, fake, line, post_lines, register_cast  # noqa: F401  (a fixture)
 
 MESSAGES = [ChatMessage("a1", "Old Tom", "*The old boatman spits.* \"Forty years I've mended nets here.\"",
                         role="assistant"),

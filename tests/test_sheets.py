@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import expect_error, expect_ok
 
-from server_plugin.story import characters, sheets
 from server_plugin.errors import NotFound
+from server_plugin.story import characters, sheets
 
 SHEET = {"personality": "Brave.", "appearance": "Red hair.",
          "secrets": [{"text": "Stole the crown."}, {"text": "Loves Bren.", "known_by": ["cid.png"]}]}

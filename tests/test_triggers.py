@@ -6,8 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server_plugin.core.assemble import LastAction, Message, scan_texts
-from server_plugin.core.triggers import (CastMember, ScanWindow, normalize, present_characters,
-                                         scan_window_size)
+from server_plugin.core.triggers import (
+    CastMember,
+    ScanWindow,
+    normalize,
+    present_characters,
+    scan_window_size,
+)
 
 
 def fires(trigger: str, text: str) -> bool:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from server_plugin.story import summaries
 from server_plugin.core import window
+from server_plugin.story import summaries
 from tests.chatkit import post, setup_chat
 
 

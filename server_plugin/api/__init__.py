@@ -4,8 +4,22 @@ from __future__ import annotations
 
 from flask import Flask
 
-from . import (characters, chats, context, conversation, drafts, episodes, health, jobs, lore,
-               memories, notes, portable, search, summaries)
+from . import (
+    characters,
+    chats,
+    context,
+    conversation,
+    drafts,
+    episodes,
+    health,
+    jobs,
+    lore,
+    memories,
+    notes,
+    portable,
+    search,
+    summaries,
+)
 
 BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp, conversation.bp, summaries.bp,
               notes.bp, jobs.bp, drafts.bp, lore.bp, context.bp, search.bp, episodes.bp, portable.bp]

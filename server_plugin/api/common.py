@@ -9,9 +9,9 @@ from typing import Any
 from flask import current_app, g, request
 
 from ..errors import BadRequest
+from ..services import Services
 from .schemas import default_schemas
 from .security import sqlite_int
-from ..services import Services
 
 EXTENSION_KEY = "chronicler"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from ..story import episodes
+from ..story import episodes, told
 from .common import path_id, query, svc
 
 bp = Blueprint("episodes", __name__)
@@ -27,4 +27,4 @@ def delete_episode(episode_id: str) -> dict:
 
 @bp.get("/told")
 def list_told() -> dict:
-    return {"told": episodes.list_told(svc(), **query("told_list.query"))}
+    return {"told": told.list_told(svc(), **query("told_list.query"))}

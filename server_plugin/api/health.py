@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint
 
 from .. import __version__
-from ..retrieval import search
+from ..retrieval import live_index
 from .common import svc
 
 bp = Blueprint("health", __name__)
@@ -21,5 +21,5 @@ def health() -> dict:
                      "error": s.embedder.error, "load_seconds": s.embedder.load_seconds},
         "tokenizer": s.tokens.name,
         "llm": {"mode": s.settings.llm_mode},
-        "search": search.status(s),
+        "search": live_index.status(s),
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from ..jobs import queue
+from ..jobs import queue, worker
 from .common import body, path_id, query, svc
 
 bp = Blueprint("jobs", __name__)
@@ -25,20 +25,20 @@ def get_job(job_id: str) -> dict:
 @bp.post("/jobs/claim")
 def claim_job() -> dict:
     data = body("job_claim.request")
-    return {"job": queue.claim(svc(), data.get("kinds"), data.get("chat_id")),
+    return {"job": worker.claim(svc(), data.get("kinds"), data.get("chat_id")),
             "mode": svc().settings.llm_mode}
 
 
 @bp.post("/jobs/<job_id>/complete")
 def complete_job(job_id: str) -> dict:
     data = body("job_complete.request")
-    return {"job": queue.complete(svc(), path_id(job_id, "job id"), data["text"], data.get("attempt"))}
+    return {"job": worker.complete(svc(), path_id(job_id, "job id"), data["text"], data.get("attempt"))}
 
 
 @bp.post("/jobs/<job_id>/fail")
 def fail_job(job_id: str) -> dict:
     data = body("job_fail.request")
-    return {"job": queue.fail(svc(), path_id(job_id, "job id"), data["error"],
+    return {"job": worker.fail(svc(), path_id(job_id, "job id"), data["error"],
                              data.get("retryable", True), data.get("attempt"))}
 
 

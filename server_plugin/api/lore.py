@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
+from ..sillytavern import cards
 from ..story import lore
 from .common import body, path_id, query, svc
 
@@ -23,7 +24,7 @@ def list_lore() -> dict:
 @bp.post("/lore/import")
 def import_lore() -> tuple[dict, int]:
     data = body("lore_import.request")
-    result = lore.import_world_info(svc(), data)
+    result = cards.import_world_info(svc(), data)
     return result, 200 if data.get("dry_run") else 201
 
 

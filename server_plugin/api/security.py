@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import hmac
 import json
-import os
 import re
-import secrets
-from pathlib import Path
 from typing import Any
 
 from flask import Flask, current_app, g, request
@@ -22,33 +19,10 @@ from flask import Flask, current_app, g, request
 from ..errors import BadRequest, Forbidden, PayloadTooLarge, Unauthorized, UnsupportedMediaType
 from ..settings import Settings
 
-TOKEN_FILE = "token"
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 PUBLIC_PATHS = {"/v1/health"}
 BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 _MESSAGES_PATH = re.compile(r"/v1/chats/[^/]+/messages/?")
-
-
-# --- the token -------------------------------------------------------------------------------
-def ensure_token(settings: Settings) -> tuple[str, Path | None]:
-    """The bearer token and the file holding it (None when it came from settings/environment).
-
-    Created at first start: random, written with mode 0600 so other local users cannot read it.
-    """
-    if settings.token:
-        return settings.token, None
-    path = settings.data_path / TOKEN_FILE
-    if path.is_file():
-        token = path.read_text(encoding="utf-8").strip()
-        if token:
-            return token, path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(token + "\n")
-    os.chmod(path, 0o600)
-    return token, path
 
 
 def token_matches(header: str | None, token: str) -> bool:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from ..story import sessions, summaries
 from ..errors import BadRequest
+from ..story import sessions, summaries
 from .common import body, path_id, svc
 
 bp = Blueprint("summaries", __name__)

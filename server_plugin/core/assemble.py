@@ -36,7 +36,6 @@ are removed. Hard invariant: blocks + history + last action never exceed `contex
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from .tokens import TokenCounter

@@ -22,12 +22,25 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable, Sequence
 
-from . import prompts as p
-from .prompts import (CharacterMemory, CharacterRef, ChatMessage, Extraction, MemoryDraft,
-                      NoteInput, NoteProposal, Prompt, SceneSummary, SecretInput, SessionSummary,
-                      Summary, SummaryInput, ToldEvent)
 from ..core.quotes import Quote, find_speech, verify_quotes
 from ..core.tokens import TokenCounter, get_counter
+from . import prompts as p
+from .prompts import (
+    CharacterMemory,
+    CharacterRef,
+    ChatMessage,
+    Extraction,
+    MemoryDraft,
+    NoteInput,
+    NoteProposal,
+    Prompt,
+    SceneSummary,
+    SecretInput,
+    SessionSummary,
+    Summary,
+    SummaryInput,
+    ToldEvent,
+)
 
 CHARACTER_MEMORY_TOKENS = 150  # setting character_memory_tokens (extractive memory length)
 SCENE_TOKENS = 250  # setting scene_summary_tokens

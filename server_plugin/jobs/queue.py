@@ -1,11 +1,12 @@
-"""The persistent job queue, its handlers, and the worker thread that runs them.
+"""The persistent job queue and the registry of job kinds (`worker.py` runs the jobs).
 
 Every piece of background LLM work (summarise a chunk, merge tiers, summarise a session, file deep
 memories, and whatever other modules register) is a row in `jobs`: state pending → running →
 done | failed, with attempts, a `not_before` time for backoff and a lease. Routes only enqueue;
 a reply never waits for a job.
 
-A kind is registered with `register(kind, apply, build=…, prepare=…)`:
+A concept registers its kinds in its `register(jobs, hooks)`, with
+`jobs.register(kind, apply, build=…, prepare=…)` on the store's `JobKinds`:
 - `build(svc, job) -> Prompt | None` renders the prompt when the job is run or claimed (so a merge
   reads the texts as they are then, edits included); None means there is nothing left to do.
   Without `build`, the prompt stored at `enqueue(prompt=…)` is used.
@@ -14,7 +15,7 @@ A kind is registered with `register(kind, apply, build=…, prepare=…)`:
   transaction that marks the job done; what it returns is kept as the job's `result`.
 
 Who runs a job depends on `llm_mode`: `extractive` and `openai` — the worker thread here (through
-`llm.run_prompt`); `client` — the SillyTavern extension, via `claim()` and `complete()` (the
+`llm.run_prompt`); `client` — the SillyTavern extension, via `worker.claim()` and `worker.complete()` (the
 worker then runs only kinds registered with `llm=False`). A claimed job not finished before its
 `lease_until` goes back to the queue; jobs left running by a stopped sidecar go back at startup.
 """
@@ -22,23 +23,20 @@ worker then runs only kinds registered with `llm=False`). A claimed job not fini
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
-from . import llm, prompts
-from .. import priority
-from ..clock import parse_iso, to_iso
-from ..store.db import Connection, dumps, loads, sqlite3
-from ..errors import Conflict, NotFound, Unprocessable
+from ..clock import to_iso
+from ..errors import Conflict, NotFound
 from ..services import Services
+from ..store.db import Connection, dumps, loads
+from . import prompts
 
 log = logging.getLogger(__name__)
 
 STATES = ("pending", "running", "done", "failed")
-LIVE = ("pending", "running")
 
 
 @dataclass(frozen=True)
@@ -56,9 +54,9 @@ class Job:
     prompt: dict[str, Any] | None
 
 
-ApplyFn = Callable[[Services, Connection, Job, Any, Any], "dict[str, Any] | None"]
-BuildFn = Callable[[Services, Job], "prompts.Prompt | None"]
-PrepareFn = Callable[[Services, Job, Any], Any]
+ApplyFn = Callable[["Services", Connection, Job, Any, Any], "dict[str, Any] | None"]
+BuildFn = Callable[["Services", Job], "prompts.Prompt | None"]
+PrepareFn = Callable[["Services", Job, Any], Any]
 
 
 @dataclass(frozen=True)
@@ -72,22 +70,33 @@ class Handler:
     llm: bool = True
 
 
-_HANDLERS: dict[str, Handler] = {}
+class JobKinds:
+    """The registry of job kinds of one store's services: each concept registers its kinds in
+    its `register(jobs, hooks)`; the worker and the client-mode routes look them up here."""
 
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
 
-def register(kind: str, apply: ApplyFn, *, build: BuildFn | None = None,
-             prepare: PrepareFn | None = None, llm: bool = True) -> Handler:
-    """Make a job kind runnable (re-registering a kind replaces its handler).
+    def register(self, kind: str, apply: ApplyFn, *, build: BuildFn | None = None,
+                 prepare: PrepareFn | None = None, llm: bool = True) -> Handler:
+        """Make a job kind runnable (registering a kind again replaces its handler).
 
-    `llm=False` marks work that needs no model (the worker runs it in every mode; `apply` then
-    gets `result=True`)."""
-    handler = Handler(kind, apply, build, prepare, llm)
-    _HANDLERS[kind] = handler
-    return handler
+        `llm=False` marks work that needs no model (the worker runs it in every mode; `apply`
+        then gets `result=True`)."""
+        handler = Handler(kind, apply, build, prepare, llm)
+        self._handlers[kind] = handler
+        return handler
 
+    def handler(self, kind: str) -> Handler | None:
+        return self._handlers.get(kind)
 
-def registered() -> list[str]:
-    return sorted(_HANDLERS)
+    def names(self) -> list[str]:
+        """Every registered kind, sorted."""
+        return sorted(self._handlers)
+
+    def items(self) -> list[tuple[str, Handler]]:
+        """(kind, handler) in the order they were registered."""
+        return list(self._handlers.items())
 
 
 class ClientFailure(Exception):
@@ -111,18 +120,18 @@ def to_dict(row: Any) -> dict[str, Any]:
     }
 
 
-def _job(row: Any) -> Job:
+def job_of(row: Any) -> Job:
     payload = loads(row["payload"])
     return Job(row["id"], row["kind"], row["chat_id"], row["turn_id"], row["ref"], row["attempts"],
                row["claimed_by"], payload.get("target") or {}, payload.get("prompt"))
 
 
-def _row(conn: Connection, job_id: str) -> Any:
+def row_of(conn: Connection, job_id: str) -> Any:
     return conn.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
 
 
 def get(svc: Services, job_id: str) -> dict[str, Any]:
-    row = _row(svc.db.reader(), job_id)
+    row = row_of(svc.db.reader(), job_id)
     if row is None:
         raise NotFound("job_not_found", f"No job with id {job_id!r}.")
     return to_dict(row)
@@ -179,7 +188,7 @@ def enqueue(svc: Services, kind: str, *, chat_id: str | None = None, turn_id: st
 
 
 # --- claiming --------------------------------------------------------------------------------
-def _later(svc: Services, seconds: float) -> str:
+def later(svc: Services, seconds: float) -> str:
     return to_iso(svc.clock.now() + timedelta(seconds=seconds))
 
 
@@ -198,7 +207,7 @@ def reclaim_expired(svc: Services, conn: Connection) -> int:
     return len(rows)
 
 
-def _claim(svc: Services, conn: Connection, by: str, kinds: list[str],
+def claim_next(svc: Services, conn: Connection, by: str, kinds: list[str],
            chat_id: str | None = None) -> Job | None:
     reclaim_expired(svc, conn)
     if not kinds:
@@ -212,204 +221,21 @@ def _claim(svc: Services, conn: Connection, by: str, kinds: list[str],
         return None
     lease = svc.settings.job_client_lease_seconds if by == "client" else svc.settings.job_lease_seconds
     conn.execute("UPDATE jobs SET state='running', attempts=attempts+1, claimed_by=?, lease_until=?,"
-                 " updated_at=? WHERE seq=?", (by, _later(svc, float(lease)), now, row["seq"]))
-    return _job(_row(conn, row["id"]))
+                 " updated_at=? WHERE seq=?", (by, later(svc, float(lease)), now, row["seq"]))
+    return job_of(row_of(conn, row["id"]))
 
 
-def _anything_to_claim(svc: Services, kinds: list[str]) -> bool:
-    """A read-only look first, so an idle poll opens no write transaction (a write would bump
-    `db.generation` and empty the caches keyed by it)."""
-    if not kinds:
-        return False
-    now = svc.clock.iso()
-    marks = ",".join("?" * len(kinds))
-    return svc.db.reader().execute(
-        f"SELECT 1 FROM jobs WHERE (state='pending' AND not_before <= ? AND kind IN ({marks}))"
-        " OR (state='running' AND lease_until < ?) LIMIT 1", (now, *kinds, now)).fetchone() is not None
-
-
-def _runnable_here(svc: Services) -> list[str]:
-    """Kinds the worker runs: all in extractive/openai mode; only non-LLM kinds in client mode."""
-    client = svc.settings.llm_mode == "client"
-    return [k for k, h in _HANDLERS.items() if not (client and h.llm)]
-
-
-def _still_mine(conn: Connection, job: Job) -> bool:
+def still_mine(conn: Connection, job: Job) -> bool:
     """The job is still this attempt's: not rolled back, reclaimed, or finished by someone else."""
-    row = _row(conn, job.id)
+    row = row_of(conn, job.id)
     return (row is not None and row["state"] == "running" and row["attempts"] == job.attempts
             and row["claimed_by"] == job.claimed_by)
-
-
-# --- running ---------------------------------------------------------------------------------
-def _prompt_for(svc: Services, job: Job, handler: Handler) -> prompts.Prompt | None:
-    if handler.build is not None:
-        return handler.build(svc, job)
-    return prompts.Prompt.from_payload(job.prompt) if job.prompt else None
-
-
-def _finish(svc: Services, job: Job, handler: Handler, result: Any) -> bool:
-    """Store a result and mark the job done, in one transaction; False if the job was not ours."""
-    prepared = handler.prepare(svc, job, result) if handler.prepare and result is not None else None
-    with svc.db.write() as conn:
-        if not _still_mine(conn, job):
-            return False
-        written = handler.apply(svc, conn, job, result, prepared) if result is not None else \
-            {"skipped": "nothing left to do"}
-        now = svc.clock.iso()
-        conn.execute("UPDATE jobs SET state='done', result=?, error=NULL, lease_until=NULL,"
-                     " updated_at=?, finished_at=? WHERE id=?", (dumps(written), now, now, job.id))
-    return True
-
-
-def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, prompts.PromptParseError):
-        return True  # the model may follow the format next time
-    return bool(getattr(exc, "retryable", True))
-
-
-def _delay(svc: Services, attempts: int, exc: BaseException) -> float:
-    asked = getattr(exc, "retry_after", None)
-    if asked is not None:
-        return float(asked)
-    base, ceiling = float(svc.settings.job_backoff_base_seconds), float(svc.settings.job_backoff_max_seconds)
-    return min(ceiling, base * (2 ** max(0, attempts - 1)))
-
-
-def fail_attempt(svc: Services, job: Job, exc: BaseException) -> dict[str, Any] | None:
-    """Record a failed attempt: back to the queue after a backoff, or failed for good."""
-    message = f"{type(exc).__name__}: {exc}"[:2000]
-    with svc.db.write() as conn:
-        if not _still_mine(conn, job):
-            return None
-        row = _row(conn, job.id)
-        now = svc.clock.iso()
-        if _retryable(exc) and row["attempts"] < row["max_attempts"]:
-            conn.execute("UPDATE jobs SET state='pending', error=?, lease_until=NULL, not_before=?,"
-                         " updated_at=? WHERE id=?",
-                         (message, _later(svc, _delay(svc, row["attempts"], exc)), now, job.id))
-        else:
-            conn.execute("UPDATE jobs SET state='failed', error=?, lease_until=NULL, updated_at=?,"
-                         " finished_at=? WHERE id=?", (message, now, now, job.id))
-        return to_dict(_row(conn, job.id))
-
-
-def _execute(svc: Services, job: Job) -> None:
-    handler = _HANDLERS[job.kind]
-    try:
-        result: Any = True
-        if handler.llm:
-            prompt = _prompt_for(svc, job, handler)
-            _step_aside(svc)
-            result = None if prompt is None else llm.run_prompt(
-                prompt, llm.backend_from_settings(svc.settings),
-                json_mode=svc.settings.llm_json_mode, temperature=float(svc.settings.llm_temperature))
-            _step_aside(svc)
-        _finish(svc, job, handler, result)
-    except Exception as exc:  # every failure is recorded on the job, never lost
-        if not isinstance(exc, (llm.LLMError, prompts.PromptParseError)):
-            log.exception("job %s (%s) failed", job.id, job.kind)
-        fail_attempt(svc, job, exc)
-
-
-def _step_aside(svc: Services) -> None:
-    """Between a job's steps (its prompt, the model or extractive run, storing the result), let
-    the requests in flight finish first (priority.py; only the background worker waits)."""
-    priority.step_aside(float(svc.settings.background_step_aside_seconds))
-
-
-def run_one(svc: Services) -> str | None:
-    """Claim and run the next due job this process runs; returns its id, or None if none was due."""
-    kinds = _runnable_here(svc)
-    if not _anything_to_claim(svc, kinds):
-        return None
-    with svc.db.write() as conn:
-        job = _claim(svc, conn, "worker", kinds)
-    if job is None:
-        return None
-    _execute(svc, job)
-    return job.id
-
-
-def run_pending(svc: Services, limit: int = 100_000) -> int:
-    """Run due jobs until none is left (tests and benchmarks); returns how many ran."""
-    ran = 0
-    while ran < limit and run_one(svc) is not None:
-        ran += 1
-    return ran
-
-
-# --- client mode: the extension runs the prompt ----------------------------------------------
-def claim(svc: Services, kinds: list[str] | None = None, chat_id: str | None = None) -> dict[str, Any] | None:
-    """Give the extension the next LLM job with the `generateRaw` arguments, or None."""
-    if svc.settings.llm_mode != "client":
-        return None
-    wanted = [k for k, h in _HANDLERS.items() if h.llm and (kinds is None or k in kinds)]
-    while _anything_to_claim(svc, wanted):
-        with svc.db.write() as conn:
-            job = _claim(svc, conn, "client", wanted, chat_id)
-        if job is None:
-            return None
-        handler = _HANDLERS[job.kind]
-        try:
-            prompt = _prompt_for(svc, job, handler)
-        except Exception as exc:
-            log.exception("job %s (%s) could not be prepared", job.id, job.kind)
-            fail_attempt(svc, job, exc)
-            continue
-        if prompt is None:
-            _finish(svc, job, handler, None)
-            continue
-        with svc.db.write() as conn:
-            row = _row(conn, job.id)
-            payload = {**loads(row["payload"]), "prompt": prompt.to_payload()}
-            conn.execute("UPDATE jobs SET payload=? WHERE id=?", (dumps(payload), job.id))
-        return {"id": job.id, "kind": job.kind, "chat_id": job.chat_id, "attempt": job.attempts,
-                "lease_until": row["lease_until"], "task": prompt.task, "request": prompt.for_client()}
-    return None
-
-
-def _client_job(svc: Services, job_id: str, attempt: int | None) -> tuple[Job, Any]:
-    row = _row(svc.db.reader(), job_id)
-    if row is None:
-        raise NotFound("job_not_found", f"No job with id {job_id!r}.")
-    if row["state"] != "running" or row["claimed_by"] != "client":
-        raise Conflict("job_not_running", f"Job {job_id} is {row['state']}, not claimed by the extension: "
-                       "its lease may have ended (claim it again).", [{"state": row["state"]}])
-    if attempt is not None and attempt != row["attempts"]:
-        raise Conflict("stale_attempt", f"Job {job_id} is at attempt {row['attempts']}, not {attempt}.")
-    return _job(row), row
-
-
-def complete(svc: Services, job_id: str, text: str, attempt: int | None = None) -> dict[str, Any]:
-    """The extension's model answered: parse strictly and apply; a malformed answer fails the
-    attempt (to be retried) and stores nothing."""
-    job, _ = _client_job(svc, job_id, attempt)
-    handler = _HANDLERS.get(job.kind)
-    if handler is None or job.prompt is None:
-        raise Conflict("job_not_runnable", f"Job {job_id} has no prompt or no handler here.")
-    try:
-        result = prompts.parse(prompts.Prompt.from_payload(job.prompt), text)
-    except prompts.PromptParseError as exc:
-        state = fail_attempt(svc, job, exc)
-        raise Unprocessable("model_output_invalid", str(exc), [{"job": state}]) from None
-    if not _finish(svc, job, handler, result):
-        raise Conflict("job_not_running", f"Job {job_id} was rolled back or reclaimed meanwhile.")
-    return get(svc, job_id)
-
-
-def fail(svc: Services, job_id: str, error: str, retryable: bool = True,
-         attempt: int | None = None) -> dict[str, Any]:
-    """The extension could not run a claimed job."""
-    job, _ = _client_job(svc, job_id, attempt)
-    fail_attempt(svc, job, ClientFailure(error, retryable))
-    return get(svc, job_id)
 
 
 def retry(svc: Services, job_id: str) -> dict[str, Any]:
     """Give a failed job a fresh set of attempts."""
     with svc.db.write() as conn:
-        row = _row(conn, job_id)
+        row = row_of(conn, job_id)
         if row is None:
             raise NotFound("job_not_found", f"No job with id {job_id!r}.")
         if row["state"] != "failed":
@@ -454,62 +280,3 @@ def cancel(conn: Connection, chat_id: str, kinds: list[str], ref: str | None = N
                         f" ('pending','running','failed') {extra}", (chat_id, *kinds, *args)).rowcount
 
 
-def next_due_in(svc: Services) -> float | None:
-    """Seconds until the earliest pending job this process runs is due, or None if none waits."""
-    kinds = _runnable_here(svc)
-    if not kinds:
-        return None
-    row = svc.db.reader().execute(
-        f"SELECT min(not_before) FROM jobs WHERE state='pending' AND kind IN ({','.join('?' * len(kinds))})",
-        kinds).fetchone()
-    if row[0] is None:
-        return None
-    return max(0.0, (parse_iso(row[0]) - svc.clock.now()).total_seconds())
-
-
-class Worker:
-    """The background thread: runs due jobs, sleeps until woken by `enqueue` or the next due time."""
-
-    def __init__(self, svc: Services) -> None:
-        self.svc = svc
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="chronicler-jobs", daemon=True)
-
-    def start(self) -> "Worker":
-        self._thread.start()
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        self.svc.jobs_wake.set()
-        self._thread.join(timeout)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def _loop(self) -> None:
-        with priority.background():  # a request's query embedding goes before a job's
-            self._run()
-
-    def _run(self) -> None:
-        poll = float(self.svc.settings.worker_poll_seconds)
-        while not self._stop.is_set():
-            self.svc.jobs_wake.clear()
-            _step_aside(self.svc)
-            try:
-                if run_one(self.svc) is not None:
-                    continue
-                due = next_due_in(self.svc)
-            except sqlite3.ProgrammingError:
-                return  # the database was closed: the sidecar is shutting down
-            except Exception:
-                log.exception("the job worker hit an error; it goes on")
-                due = None
-            self.svc.jobs_wake.wait(poll if due is None else min(poll, max(due, 0.01)))
-
-
-def start(svc: Services) -> Worker | None:
-    """At startup: recover interrupted jobs, then start the worker if `worker_enabled`."""
-    recover(svc)
-    return Worker(svc).start() if svc.settings.worker_enabled else None

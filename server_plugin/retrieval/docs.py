@@ -24,13 +24,18 @@ import json
 import weakref
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from . import ranking
+from ..errors import Unprocessable
+from ..hooks import Hooks
 from ..store.db import Connection, Database, dumps, loads
+from . import ranking
 from .embeddings import Embedder
+
+if TYPE_CHECKING:
+    from ..jobs.queue import JobKinds
 
 MAX_PASSAGES = 16  # passage rowids are doc id * MAX_PASSAGES + n
 DEFAULT_PASSAGE_MIN_WORDS = 16  # setting search_passage_min_words
@@ -290,26 +295,45 @@ def mark_cast(conn: Connection, doc_ids: Sequence[int], version: int) -> None:
     conn.executemany("UPDATE docs SET cast_version=? WHERE id=?", [(version, i) for i in doc_ids])
 
 
-def backfill(conn: Connection) -> None:
-    """Migration m003: BM25 terms, cues and message placement for rows indexed before it."""
+def vectors_of(conn: Connection, kind: str, ref_ids: Sequence[str]) -> dict[str, np.ndarray]:
+    """The index's vectors of some items (by kind and ref id)."""
+    marks = ",".join("?" * len(ref_ids))
     rows = conn.execute(
-        "SELECT d.id, d.kind, d.text, d.created_at, m.name, m.role, m.position, m.session_n, m.chat_id, m.id"
-        " FROM docs d LEFT JOIN messages m ON d.kind='message' AND CAST(m.seq AS TEXT)=d.ref_id").fetchall()
-    for r in rows:
-        speaker = (r[4] or r[5]) if r[1] == "message" else None
-        session = None if r[8] is None else f"{r[8]}#{'' if r[7] is None else r[7]}"
-        sources = dumps([r[9]]) if r[9] is not None else None
-        values = {**derive(r[2], speaker, r[3]), "speaker_name": speaker, "position": r[6],
-                  "session_key": session, "rev": _bump(conn)}
-        if sources is not None:
-            values["sources"] = sources
-        conn.execute(f"UPDATE docs SET {', '.join(f'{k}=?' for k in values)} WHERE id=?",
-                     (*values.values(), r[0]))
-    conn.execute("UPDATE docs SET sources = (SELECT m.source_message_ids FROM memories m WHERE m.id = docs.ref_id)"
-                 " WHERE kind = 'memory'")
+        f"SELECT d.ref_id, v.embedding FROM docs d JOIN docs_vec v ON v.rowid = d.id"
+        f" WHERE d.kind=? AND d.ref_id IN ({marks})", [kind, *ref_ids])
+    return {ref: np.frombuffer(blob, dtype=np.float32) for ref, blob in rows}
+
+
+# Migrations may leave a row's terms to the application (m003 did, for rows written before it):
+# such a row's `terms` is this marker until `analyse_pending` reads its text with today's analyzer.
+UNANALYSED = ""
+
+
+def analyse_pending(db: Database) -> int:
+    """BM25 terms, cues and length of the rows a migration left unanalysed; returns how many.
+
+    Run when a store is opened, after its migrations (app.open_store): a migration must not call
+    the analyzer, which may change after it."""
+    with db.write() as conn:
+        rows = conn.execute(
+            "SELECT d.id, d.kind, d.text, d.created_at, d.speaker_name FROM docs d WHERE d.terms = ?",
+            (UNANALYSED,)).fetchall()
+        for r in rows:
+            values = {**derive(r[2], r[4], r[3]), "rev": _bump(conn)}
+            conn.execute(f"UPDATE docs SET {', '.join(f'{k}=?' for k in values)} WHERE id=?",
+                         (*values.values(), r[0]))
+    return len(rows)
 
 
 # --- integrity -------------------------------------------------------------------------------
+def check_whole(conn: Connection) -> None:
+    """Refuse an imported store whose search index is not whole (every orphan count zero)."""
+    broken = {k: v for k, v in orphans(conn).items() if v}
+    if broken:
+        raise Unprocessable("invalid_import", f"The search index in the document is not whole: {broken}"
+                            ". Nothing was imported.", [broken])
+
+
 def orphans(conn: Connection) -> dict[str, int]:
     """Counts of broken index entries (docs without text entry or vectors, and the reverse).
 
@@ -337,3 +361,8 @@ def orphans(conn: Connection) -> dict[str, int]:
     counts["docs_without_terms"] = conn.execute(
         "SELECT count(*) FROM docs WHERE terms = '{}' AND content_len > 0").fetchone()[0]
     return counts
+
+
+def register(jobs: JobKinds, hooks: Hooks) -> None:
+    """An imported store's search index must be whole."""
+    hooks.store_importing.connect(check_whole)

@@ -27,8 +27,8 @@ from typing import Any, Collection, Iterable, Sequence
 
 import numpy as np
 
-from . import docs as index
 from ..store.db import Connection, dumps, loads
+from . import docs as index
 
 MESSAGE = "message"
 SHEET_SECRET = "sheet_secret"

@@ -1,15 +1,22 @@
-"""Import a SillyTavern character card (V1/V2/V3 JSON, or a PNG carrying it) as a character with
-a sheet (SW1), and the card's embedded `character_book` as lore entries (SW7), in one transaction."""
+"""Imports from SillyTavern, each in one transaction: a character card (V1/V2/V3 JSON, or a PNG
+carrying it) as a character with a sheet (SW1) and its embedded `character_book` as lore entries
+(SW7); a World Info file as lore entries."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..story import characters, lore
-from ..store.db import Connection
 from ..errors import Conflict, Unprocessable
 from ..services import Services
-from .formats import FormatError, decode_png_base64, parse_character_card, read_png_card
+from ..story import characters, lore
+from .formats import (
+    IMPORT_NOTES,
+    FormatError,
+    decode_png_base64,
+    parse_character_card,
+    parse_world_info,
+    read_png_card,
+)
 
 SHEET_FIELD_MAX_CHARS = 20000  # shared_schema/character.json: a sheet field's bound
 
@@ -50,7 +57,7 @@ def import_card(svc: Services, data: dict[str, Any]) -> tuple[dict[str, Any], bo
         if existing is not None and not data.get("replace"):
             raise Conflict("character_exists", f"A character with id {character_id!r} exists; send "
                            "'replace': true to replace it with this card.", [{"id": character_id}])
-        removed = _remove_previous_book(conn, character_id) if existing else []
+        removed = lore.remove_card_book(conn, character_id) if existing else []
         character, created = characters.write(svc, conn, character_id, {
             "name": draft.name, "aliases": draft.aliases, "sheet": draft.sheet,
             "metadata": draft.metadata, "actor": "import"})
@@ -61,10 +68,20 @@ def import_card(svc: Services, data: dict[str, Any]) -> tuple[dict[str, Any], bo
     return result, created
 
 
-def _remove_previous_book(conn: Connection, character_id: str) -> list[str]:
-    ids = [r[0] for r in conn.execute(
-        "SELECT id FROM lore WHERE source='import' AND version=1"
-        " AND json_extract(metadata, '$.import.character_id')=?", (character_id,))]
-    lore.index.remove(conn, lore.KIND, ids)
-    conn.executemany("DELETE FROM lore WHERE id=?", [(i,) for i in ids])
-    return ids
+def import_world_info(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
+    """Import a SillyTavern World Info file in one transaction (all entries or none).
+
+    `data`: {world_info: <the file>, name?, known_by?, dry_run?}. The answer lists the entries
+    created and, per entry of the file, its status and what was not mapped.
+    """
+    try:
+        drafts, top = parse_world_info(data["world_info"], data.get("name"))
+    except FormatError as exc:
+        raise Unprocessable("invalid_world_info", str(exc)) from None
+    prepared = lore.prepare_drafts(svc, drafts, data.get("known_by"))
+    summary = {"format": "sillytavern_world_info", "notes": IMPORT_NOTES, "not_mapped": top}
+    if data.get("dry_run"):
+        return {"lore": [], "report": {**summary, "dry_run": True, "entries": lore.dry_report(prepared)}}
+    with svc.db.write() as conn:
+        entries, report = lore.write_drafts(svc, conn, prepared)
+    return {"lore": entries, "report": {**summary, "dry_run": False, "entries": report}}

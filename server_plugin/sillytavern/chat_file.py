@@ -222,8 +222,8 @@ class LocalSink:
         return {r[0] for r in rows}
 
     def register(self, plan: Plan) -> None:
-        from ..story import characters, chats
         from ..api.schemas import default_schemas
+        from ..story import characters, chats
 
         for cid, body in plan.characters.items():
             if characters.fetch(self.svc.db.reader(), cid) is None:  # never clobber a person's edits
@@ -235,16 +235,16 @@ class LocalSink:
             chats.put(self.svc, plan.chat_id, {"member_ids": members})
 
     def ingest(self, chat_id: str, batch: list[dict[str, Any]]) -> dict[str, Any]:
-        from ..story import conversation
         from ..api.schemas import default_schemas
+        from ..story import conversation
 
         default_schemas().validate("messages_upsert.request", {"messages": batch})
         return conversation.ingest(self.svc, chat_id, batch)
 
     def drain(self) -> int:
-        from ..jobs import queue as jobs
+        from ..jobs import worker
 
-        return jobs.run_pending(self.svc)
+        return worker.run_pending(self.svc)
 
     def wait_settled(self, timeout: float) -> int:
         return self.drain()

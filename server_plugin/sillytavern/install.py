@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..api.security import ensure_token
-from ..settings import TABLE, Settings
+from ..settings import TABLE, Settings, ensure_token
 
 FOLDER = "Chronicler"
 CONFIG_NAME = "chronicler.config.json"

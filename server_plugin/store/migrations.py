@@ -255,11 +255,23 @@ def m003_search(conn: Connection) -> None:
         WHEN OLD.name IS NOT NEW.name OR OLD.aliases IS NOT NEW.aliases BEGIN
         UPDATE search_meta SET value = value + 1 WHERE key = 'cast_version'; END;
     """)
-    # Items indexed before this migration: their BM25 terms now (no model needed); their vectors
-    # are re-embedded without names, with passages, by search.py's background pass (cast -1).
-    from ..retrieval import docs as index
-
-    index.backfill(conn)
+    # Items indexed before this migration: their place in the conversation now; their BM25 terms
+    # are left to the application ('' marks them: retrieval/docs.analyse_pending reads them when
+    # the store is opened, with the analyzer of that day), and their vectors are re-embedded
+    # without names, with passages, by the search index's background pass (cast_version -1).
+    run_script(conn, """
+    UPDATE docs SET terms = '',
+        speaker_name = (SELECT coalesce(nullif(m.name, ''), m.role) FROM messages m WHERE CAST(m.seq AS TEXT) = docs.ref_id),
+        position = (SELECT m.position FROM messages m WHERE CAST(m.seq AS TEXT) = docs.ref_id),
+        session_key = (SELECT m.chat_id || '#' || coalesce(m.session_n, '') FROM messages m
+                       WHERE CAST(m.seq AS TEXT) = docs.ref_id),
+        sources = coalesce((SELECT json_array(m.id) FROM messages m WHERE CAST(m.seq AS TEXT) = docs.ref_id),
+                           sources)
+        WHERE kind = 'message';
+    UPDATE docs SET terms = '' WHERE kind != 'message';
+    UPDATE docs SET sources = (SELECT m.source_message_ids FROM memories m WHERE m.id = docs.ref_id)
+        WHERE kind = 'memory';
+    """)
 
 
 def m004_lore_and_context(conn: Connection) -> None:

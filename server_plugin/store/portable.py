@@ -35,10 +35,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from ..retrieval import docs as index
+from ..errors import Conflict, Unprocessable
 from . import migrations
 from .db import Connection, Database
-from ..errors import Conflict, Unprocessable
 
 FORMAT = "chronicler-store"
 FORMAT_VERSION = 1
@@ -370,9 +369,12 @@ def data_counts(conn: Connection, known: list[Table], seeded: frozenset[str]) ->
     return out
 
 
-def import_store(db: Database, document: Any, mode: str = "empty",
-                 confirm_replace: bool = False) -> dict[str, Any]:
+def import_store(db: Database, document: Any, mode: str = "empty", confirm_replace: bool = False,
+                 check: Callable[[Connection], Any] | None = None) -> dict[str, Any]:
     """Check the whole document, then write it in one transaction (see the module doc).
+
+    `check(conn)` runs inside that transaction once every row is written; it raises to refuse
+    the document (the concepts' `hooks.store_importing`: the search index must be whole).
 
     Raises Unprocessable (422) for a document that is not valid here, Conflict (409) for
     migrations that differ, a non-empty store in mode 'empty', or 'replace' without confirmation.
@@ -396,13 +398,13 @@ def import_store(db: Database, document: Any, mode: str = "empty",
                            "an empty store, or send mode 'replace' with confirm_replace: true to "
                            "replace everything; merging two stores is not supported. Nothing was "
                            "imported.", [{"table": k, "rows": v} for k, v in sorted(present.items())])
-        _write(conn, known, rows, seeded)
+        _write(conn, known, rows, seeded, check)
     counts = {t.name: len(rows[t.name]) for t in known if t.name not in seeded}
     return {"mode": mode, "imported": counts, "replaced": present}
 
 
 def _write(conn: Connection, known: list[Table], rows: dict[str, list[list[Any]]],
-           seeded: frozenset[str]) -> None:
+           seeded: frozenset[str], check: Callable[[Connection], Any] | None) -> None:
     """Inside the write transaction: clear, pause triggers, insert, check, restore triggers."""
     conn.execute("PRAGMA defer_foreign_keys=ON")  # checked once, at the end
     triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type='trigger'").fetchall()
@@ -431,33 +433,17 @@ def _write(conn: Connection, known: list[Table], rows: dict[str, list[list[Any]]
         raise Unprocessable("invalid_import", f"Rows point at rows that do not exist (first: table "
                             f"{broken[0][0]}, row {broken[0][1]}, to {broken[0][2]}). Nothing was imported.",
                             [{"table": r[0], "rowid": r[1], "parent": r[2]} for r in broken[:MAX_PROBLEMS]])
-    orphans = {k: v for k, v in index.orphans(conn).items() if v}
-    if orphans:
-        raise Unprocessable("invalid_import", f"The search index in the document is not whole: {orphans}"
-                            ". Nothing was imported.", [orphans])
+    if check is not None:
+        check(conn)
     for _, sql in triggers:
         conn.execute(sql)
 
 
 # --- after an import, in a running sidecar -----------------------------------------------------
-Imported = Callable[[Any], None]
-_ON_IMPORTED: list[Imported] = []
-
-
-def on_imported(fn: Imported) -> Imported:
-    """Register what a running sidecar must redo after its store was replaced (an in-memory index,
-    a cache not keyed by `db.generation`); called with the Services after the commit."""
-    if fn not in _ON_IMPORTED:
-        _ON_IMPORTED.append(fn)
-    return fn
-
-
 def import_into(svc: Any, document: Any, mode: str = "empty", confirm_replace: bool = False) -> dict[str, Any]:
-    """`import_store` for a running sidecar: then drop its caches, run the registered hooks and
-    wake the job worker (the document's pending jobs resume)."""
-    result = import_store(svc.db, document, mode, confirm_replace)
+    """`import_store` for a running sidecar (its concepts check the rows: `hooks.store_importing`),
+    then drop its caches and wake the job worker (the document's pending jobs resume)."""
+    result = import_store(svc.db, document, mode, confirm_replace, check=svc.hooks.store_importing.send)
     svc.clear_caches()
-    for fn in list(_ON_IMPORTED):
-        fn(svc)
     svc.jobs_wake.set()
     return result

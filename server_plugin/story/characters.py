@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..store.db import Connection, dumps, loads
 from ..errors import Forbidden, NotFound
 from ..services import Services
+from ..store.db import Connection, dumps, loads
 
 PERSON = "user"
 PERSON_SOURCES = ("user", "import")  # what a person wrote, by hand or in a card

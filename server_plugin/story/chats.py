@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..store.db import Connection
 from ..errors import NotFound
 from ..services import Services
+from ..store.db import Connection
 
 
 def fetch(conn: Connection, chat_id: str) -> dict[str, Any] | None:

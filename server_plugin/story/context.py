@@ -31,19 +31,29 @@ import hashlib
 from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
-import numpy as np
-
-from ..store import changes
-from . import characters, chats, conversation, lore, memories, notes, sessions, sheets, summaries
-from ..retrieval import search
-from . import sheet_drafts  # noqa: F401  (registers the session-end sheet drafts, SW1)
-from ..core.assemble import (Assembly, Candidates, Card, CardStats, Item, LastAction, Message,
-                             Rules, assemble, resolve_last_action, scan_texts)
-from ..store.db import Connection, loads
-from ..errors import NotFound, ServiceUnavailable
-from ..services import Services
+from ..core.assemble import (
+    Assembly,
+    Candidates,
+    Card,
+    CardStats,
+    Item,
+    LastAction,
+    Message,
+    Rules,
+    assemble,
+    resolve_last_action,
+    scan_texts,
+)
 from ..core.triggers import CastMember, TriggerIndex, present_characters
+from ..errors import NotFound
+from ..hooks import Hooks
+from ..jobs.queue import JobKinds
+from ..retrieval import bank
 from ..retrieval.visibility import can_see
+from ..services import Services
+from ..store import changes
+from ..store.db import Connection, loads
+from . import characters, chats, lore, memories, messages, notes, sessions, sheets, summaries
 
 # The smallest context size a chat records (shared_schema/chat.json): a smaller budget is still
 # assembled, but it is no model's real window and must not shrink the chat's live window (RV2).
@@ -212,110 +222,6 @@ def saved_memories(svc: Services, chat: dict[str, Any], turn: Turn) -> SavedMemo
                          [m for m in chosen if not m["pinned"]])
 
 
-def memory_bank(svc: Services, query: np.ndarray | None,
-                unpinned: Sequence[dict[str, Any]], found: Sequence[Item] = ()) -> list[Item]:
-    """QS8: the per-turn unpinned memories ranked by cosine similarity to the last action (ties
-    and a missing query keep newest first), fused with search's results (`found`, best first) by
-    reciprocal rank: an item both lists rank high comes first, and either list alone still counts."""
-    items = [Item(m["id"], m["text"]) for m in unpinned]
-    if query is not None and items:
-        vectors = memory_vectors(svc, unpinned)
-        scores = {m["id"]: float(np.dot(vectors[(m["id"], m["version"])], query))
-                  for m in unpinned if (m["id"], m["version"]) in vectors}
-        order = {item.id: n for n, item in enumerate(items)}
-        items = sorted(items, key=lambda i: (-scores.get(i.id, -1.0), order[i.id]))
-    if not found:
-        return items
-    fused: dict[str, float] = {}
-    texts: dict[str, str] = {}
-    for ranked in (items, found):
-        for rank, item in enumerate(ranked):
-            fused[item.id] = fused.get(item.id, 0.0) + 1.0 / (RRF_K + rank)
-            texts.setdefault(item.id, item.text)
-    first = {item_id: n for n, item_id in enumerate(texts)}
-    return [Item(i, texts[i]) for i in sorted(texts, key=lambda i: (-fused[i], first[i]))]
-
-
-RRF_K = 60  # the usual reciprocal-rank constant: ranks far down either list add little
-BANK_KINDS = ("memory", "character_memory", "scene_summary", "session_summary", "message")
-
-
-def bank_search(svc: Services, chat: dict[str, Any], turn: Turn, text: str, vector: np.ndarray,
-                messages: Sequence[Message], held: Sequence[Item]) -> list[Item]:
-    """Search's candidates for the memory bank (QS8, SW6): the `memory_bank_search_results` best
-    items for the last action that the speaker knows (SW9b) in this chat or in none, minus what
-    the context already holds (`held`: pinned memories and the story summary's sessions; the
-    live window's messages). Saved memories come from the scopes of this chat (RV5) as in the
-    per-turn set. Empty while the index is still being built in the background: a turn does
-    not wait for it."""
-    k = int(svc.settings.memory_bank_search_results)
-    state = search.state_of(svc)
-    if k <= 0 or not text.strip() or (state.thread is not None and not state.ready.is_set()):
-        return []
-    try:
-        results = search.search(svc, query_text(text), viewer_id=turn.speaker_id,
-                                chat_id=chat["id"], kinds=BANK_KINDS, k=k, vector=vector)
-    except ServiceUnavailable:
-        return []
-    live = {m.id for m in messages}
-    held_ids = {item.id for item in held}
-    scopes = {turn.speaker_id, *chat["member_ids"]}
-    names = speaker_names(svc.db.reader(), chat["id"],
-                          [r["id"] for r in results if r["kind"] == "message"])
-    found = []
-    for r in results:
-        if r["kind"] == "memory":
-            if r["id"] not in held_ids and (r["character_id"] is None or r["character_id"] in scopes):
-                found.append(Item(r["id"], r["text"]))
-        elif r["kind"] == "message":
-            if r["id"] not in live:
-                found.append(Item(f"message:{r['id']}", f"{names.get(r['id'], 'Someone')}: {r['text']}"))
-        elif r["kind"] == "session_summary":
-            n = r["id"].rpartition("#")[2]
-            if f"session:{n}:full" not in held_ids and f"session:{n}:short" not in held_ids:
-                found.append(Item(f"session_summary:{r['id']}", r["text"]))
-        else:
-            found.append(Item(f"{r['kind']}:{r['id']}", r["text"]))
-    return found
-
-
-def speaker_names(conn: Connection, chat_id: str, message_ids: Sequence[str]) -> dict[str, str]:
-    """The speaker's name (or role) of some messages of a chat, by message id."""
-    if not message_ids:
-        return {}
-    marks = ",".join("?" * len(message_ids))
-    return {r[0]: r[1] or r[2] for r in conn.execute(
-        f"SELECT id, name, role FROM messages WHERE chat_id=? AND id IN ({marks})", [chat_id, *message_ids])}
-
-
-def memory_vectors(svc: Services, chosen: Sequence[dict[str, Any]]) -> dict[tuple[str, int], np.ndarray]:
-    """The stored unit vectors of memories, by (id, version): read from the index once per
-    version and kept (the per-turn set changes little from turn to turn)."""
-    cache = svc.cached("context_vectors", "memory", dict, size=1)
-    wanted = [(m["id"], m["version"]) for m in chosen]
-    found = {key: cache.get(key) for key in wanted}
-    missing = [key for key, vector in found.items() if vector is None]
-    if missing:
-        if len(cache) + len(missing) > VECTOR_CACHE_SIZE:
-            cache.clear()  # old versions and forgotten memories: start over
-        versions = dict(missing)
-        for ref_id, vector in stored_vectors(svc.db.reader(), "memory", list(versions)).items():
-            cache[(ref_id, versions[ref_id])] = found[(ref_id, versions[ref_id])] = vector
-    return {key: vector for key, vector in found.items() if vector is not None}
-
-
-VECTOR_CACHE_SIZE = 20000  # 30 MB of 384-float vectors at most
-
-
-def stored_vectors(conn: Connection, kind: str, ref_ids: Sequence[str]) -> dict[str, np.ndarray]:
-    """The index's vectors of some items (by kind and ref id)."""
-    marks = ",".join("?" * len(ref_ids))
-    rows = conn.execute(
-        f"SELECT d.ref_id, v.embedding FROM docs d JOIN docs_vec v ON v.rowid = d.id"
-        f" WHERE d.kind=? AND d.ref_id IN ({marks})", [kind, *ref_ids])
-    return {ref: np.frombuffer(blob, dtype=np.float32) for ref, blob in rows}
-
-
 # --- the turn -------------------------------------------------------------------------------------
 
 def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
@@ -325,33 +231,36 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     # The one slow step, first: an action's own text is the query (QS8); a Continue's is the
     # model's last output, known once the live window is read.
     action = turn.last_action
-    query = query_vector(svc, action.text, turn.chat_id) if turn.memory_bank and action.kind == "action" else None
+    query = bank.query_vector(svc, action.text, turn.chat_id) if turn.memory_bank and action.kind == "action" else None
     conn = svc.db.reader()
     chat = chats.fetch(conn, turn.chat_id)
     if chat is None:
         raise NotFound("chat_not_found", f"No chat with id {turn.chat_id!r}; register it with "
                        "PUT /v1/chats/{id}.")
-    messages = history(svc, chat, turn)
-    last, _ = resolve_last_action(messages, turn.last_action)
+    window = history(svc, chat, turn)
+    last, _ = resolve_last_action(window, turn.last_action)
     bank_on = turn.memory_bank and chat["memory_enabled"]
     if not bank_on:
         query = None
     elif query is None and last is not None:
-        query = query_vector(svc, last.text, turn.chat_id)
+        query = bank.query_vector(svc, last.text, turn.chat_id)
 
     the_cast = cast(svc)
     present = present_characters(the_cast.members,
-                                 scan_texts(messages, turn.last_action, rules.card_scan_min_actions),
+                                 scan_texts(window, turn.last_action, rules.card_scan_min_actions),
                                  turn.speaker_id, chat["member_ids"], turn.present_ids)
     saved = saved_memories(svc, chat, turn)
     summary = story_summary(svc, chat["id"])
-    found = (bank_search(svc, chat, turn, last.text if last is not None else action.text, query,
-                         messages, [*summary, *saved.pinned])
-             if query is not None and characters.learning_enabled(conn, turn.speaker_id) else [])
+    found = (bank.bank_search(
+        svc, speaker_id=turn.speaker_id, chat_id=chat["id"], member_ids=chat["member_ids"],
+        text=last.text if last is not None else action.text, vector=query,
+        live_ids={m.id for m in window}, held_ids={i.id for i in [*summary, *saved.pinned]},
+        speaker_names=lambda ids: messages.speaker_names(conn, chat["id"], ids))
+        if query is not None and characters.learning_enabled(conn, turn.speaker_id) else [])
     cards = story_cards(svc, turn.speaker_id,
-                        [m.text for m in messages] + ([last.text] if last is not None else []))
+                        [m.text for m in window] + ([last.text] if last is not None else []))
     candidates = Candidates(
-        last_action=turn.last_action, messages=messages,
+        last_action=turn.last_action, messages=window,
         instructions=turn.instructions, plot_essentials=turn.plot_essentials,
         authors_note=turn.authors_note, front_memory=turn.front_memory,
         story_summary=summary,
@@ -362,7 +271,7 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
         card_stats=card_stats(conn, chat["id"], cards),
         # With the bank off, the per-turn set still goes in, unranked, so the report shows it
         # left out for that reason (`memory_bank_off`).
-        memory_bank=memory_bank(svc, query, saved.unpinned, found),
+        memory_bank=bank.memory_bank(svc, query, saved.unpinned, found),
         memory_bank_enabled=bank_on,
     )
     out = assemble(candidates, turn.context_tokens, svc.tokens, rules=rules,
@@ -371,29 +280,6 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     result = out.to_dict()
     result["report"]["present"] = present
     return result
-
-
-QUERY_MAX_CHARS = 1000  # MiniLM reads ~256 word pieces; the end of a long action is its point
-
-
-def query_text(text: str) -> str:
-    """The memory bank's query text: a long action's end, from a whole word."""
-    text = text.strip()
-    if len(text) > QUERY_MAX_CHARS:
-        cut = text[-QUERY_MAX_CHARS:]
-        text = cut.split(None, 1)[-1] if " " in cut else cut
-    return text
-
-
-def query_vector(svc: Services, text: str, chat_id: str) -> np.ndarray | None:
-    """The memory bank's one query embedding, search's own (names read with the chat's cast), so
-    the per-turn memories and search rank against the same vector (None: nothing to rank by, or
-    the model is still loading — then the bank keeps newest first and searches nothing rather
-    than hold up the turn)."""
-    text = query_text(text)
-    if not text or not svc.embedder.ready:
-        return None
-    return search.query_vector(svc, text, chat_id)
 
 
 def action_key(turn: Turn, last: Message | None) -> str:
@@ -431,10 +317,14 @@ def record_turn(svc: Services, chat: dict[str, Any], turn: Turn, last: Message |
         lore.record_fired(conn, chat["id"], list(out.fired_triggers), number, now)
 
 
-@conversation.on_chat_deleted
 def _forget_chat(svc: Services, conn: Connection, chat_id: str) -> dict[str, int]:
     """A deleted chat takes its card statistics and turn counter with it (a rename moves them:
     conversation.rename_chat rewrites every `chat_id` column)."""
     return {"lore_stats": conn.execute("DELETE FROM lore_stats WHERE chat_id=?", (chat_id,)).rowcount,
             "context_turns": conn.execute("DELETE FROM context_turns WHERE chat_id=?",
                                           (chat_id,)).rowcount}
+
+
+def register(jobs: JobKinds, hooks: Hooks) -> None:
+    """A deleted chat's per-turn records go with it."""
+    hooks.chat_deleted.connect(_forget_chat)

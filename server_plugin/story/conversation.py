@@ -5,52 +5,24 @@ entries (messages.py), opens and closes sessions (sessions.py, SW2), marks summa
 messages stale and compacts what left the live window (summaries.py, RV2/RV3), all in one write
 transaction; the jobs it enqueues run later (a reply never waits for a job).
 
-Other modules that derive things from messages register here, so a delete removes what was derived
-only from the deleted messages and a chat delete removes the chat's derived rows:
-`on_messages_deleted(fn)` with fn(svc, conn, chat_id, message_ids) -> {kind: count} | None, and
-`on_chat_deleted(fn)` with fn(svc, conn, chat_id) -> {kind: count} | None. Both run inside the
-deleting transaction. `on_messages_edited(fn)` with fn(svc, conn, chat_id, rows) (the edited rows,
-new text) runs inside the ingesting transaction.
+Other concepts that derive things from messages connect to the hooks it sends (hooks.py), so a
+delete removes what was derived only from the deleted messages and a chat delete removes the
+chat's derived rows: `messages_deleted` and `chat_deleted` inside the deleting transaction,
+`messages_edited` (the edited rows, new text) inside the ingesting one.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-from . import chats, deep_memory, memories, messages, notes, sessions, summaries
-from ..retrieval import docs
-from ..jobs import queue
-from ..store.db import Connection, loads
 from ..errors import Conflict, NotFound, PayloadTooLarge
+from ..hooks import Hooks
+from ..jobs import queue
+from ..jobs.queue import JobKinds
+from ..retrieval import docs
 from ..services import Services
-
-MessagesDeleted = Callable[[Services, Connection, str, list[str]], "dict[str, int] | None"]
-ChatDeleted = Callable[[Services, Connection, str], "dict[str, int] | None"]
-MessagesEdited = Callable[[Services, Connection, str, list[Any]], None]
-_ON_MESSAGES_DELETED: list[MessagesDeleted] = []
-_ON_CHAT_DELETED: list[ChatDeleted] = []
-_ON_MESSAGES_EDITED: list[MessagesEdited] = []
-
-
-def on_messages_deleted(fn: MessagesDeleted) -> MessagesDeleted:
-    """Register what to remove when messages are deleted (may be used as a decorator)."""
-    if fn not in _ON_MESSAGES_DELETED:
-        _ON_MESSAGES_DELETED.append(fn)
-    return fn
-
-
-def on_messages_edited(fn: MessagesEdited) -> MessagesEdited:
-    """Register what to check when messages' texts change (may be used as a decorator)."""
-    if fn not in _ON_MESSAGES_EDITED:
-        _ON_MESSAGES_EDITED.append(fn)
-    return fn
-
-
-def on_chat_deleted(fn: ChatDeleted) -> ChatDeleted:
-    """Register what to remove when a chat is deleted (may be used as a decorator)."""
-    if fn not in _ON_CHAT_DELETED:
-        _ON_CHAT_DELETED.append(fn)
-    return fn
+from ..store.db import Connection, loads
+from . import chats, deep_memory, memories, messages, notes, sessions, summaries
 
 
 def _merge_counts(total: dict[str, int], part: dict[str, int] | None) -> None:
@@ -79,8 +51,7 @@ def ingest(svc: Services, chat_id: str, raw: list[dict[str, Any]]) -> dict[str, 
         ended = sessions.place(svc, conn, chat_id, changes.inserted)
         sessions.mark_stale(conn, chat_id, changes.edited)
         if changes.edited:
-            for fn in list(_ON_MESSAGES_EDITED):
-                fn(svc, conn, chat_id, changes.edited)
+            svc.hooks.messages_edited.send(svc, conn, chat_id, changes.edited)
         enqueued = summaries.after_write(svc, conn, chat_id, changes)
     return {**_outcome(chat_id, changes), "memory_enabled": True, "stored": True,
             "sessions_ended": ended, "jobs_enqueued": enqueued}
@@ -114,8 +85,7 @@ def delete_message(svc: Services, chat_id: str, message_id: str) -> dict[str, An
         removed["summaries"] = summaries.forget_messages(svc, conn, chat_id, [row])
         sessions.mark_stale(conn, chat_id, [row])
         removed["memories"] = _forget_memories(svc, conn, chat_id, {message_id})
-        for fn in list(_ON_MESSAGES_DELETED):
-            _merge_counts(removed, fn(svc, conn, chat_id, [message_id]))
+        _merge_counts(removed, svc.hooks.messages_deleted.tally(svc, conn, chat_id, [message_id]))
     return {"deleted": message_id, "chat_id": chat_id, "removed": removed}
 
 
@@ -130,8 +100,7 @@ def delete_chat(svc: Services, chat_id: str) -> dict[str, Any]:
                    "sessions": sessions.delete_for_chat(conn, chat_id),
                    "notes": notes.delete_for_chat(conn, chat_id),
                    "jobs": queue.delete_for_chat(conn, chat_id)}
-        for fn in list(_ON_CHAT_DELETED):
-            _merge_counts(removed, fn(svc, conn, chat_id))
+        _merge_counts(removed, svc.hooks.chat_deleted.tally(svc, conn, chat_id))
         conn.execute("DELETE FROM chats WHERE id=?", (chat_id,))  # members go by ON DELETE CASCADE
     return {"deleted": chat_id, "removed": removed}
 
@@ -173,3 +142,8 @@ def rollback_turn(svc: Services, conn: Connection, chat_id: str, turn_id: str) -
     _merge_counts(removed, summaries.rollback_turn(svc, conn, chat_id, turn_id))
     _merge_counts(removed, notes.rollback_turn(conn, chat_id, turn_id))
     return removed
+
+
+def register(jobs: JobKinds, hooks: Hooks) -> None:
+    """A rolled-back turn's jobs go, with the summaries and notes they wrote (RV10)."""
+    hooks.turn_rolled_back.connect(rollback_turn)

@@ -12,43 +12,36 @@ RV10), the messages it came from, and their witnesses (SW9b).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from . import characters, chats, memories, messages
-from ..retrieval import docs
-from ..jobs import queue as jobs, prompts
-from ..store.db import Connection
 from ..errors import ChroniclerError
+from ..hooks import Hooks
+from ..jobs import prompts, queue
+from ..jobs.queue import JobKinds
+from ..retrieval import docs
 from ..services import Services
+from ..store.db import Connection
+from . import characters, chats, memories, messages
 
 KIND = "durable_memories"
-# Other work on the same chunk (character memories, episodes.py): fn(svc, conn, chat_id, turn_id,
-# message_ids) -> jobs queued, inside the compacting transaction.
-DeepRun = Callable[[Services, Connection, str, "str | None", list[str]], "int | None"]
-_ON_RUN: list[DeepRun] = []
-
-
-def on_run(fn: DeepRun) -> DeepRun:
-    """Register work to queue with every deep-memory run (may be used as a decorator)."""
-    if fn not in _ON_RUN:
-        _ON_RUN.append(fn)
-    return fn
 
 
 def after_compaction(svc: Services, conn: Connection, chat_id: str, turn_id: str | None) -> int:
     """Queue a deep-memory run if enough summarised messages wait to be read (and the work
-    registered with `on_run` for the same chunk); returns how many jobs were queued."""
+    connected to `hooks.deep_memory_ran` for the same chunk, such as character memories:
+    fn(svc, conn, chat_id, turn_id, message_ids) -> jobs queued, inside the compacting
+    transaction); returns how many jobs were queued."""
     if not chats.memory_enabled(conn, chat_id):
         return 0
     waiting = messages.ordered(conn, chat_id, "summary_id IS NOT NULL AND deep_job IS NULL")
     if len(waiting) < int(svc.settings.deep_memory_min_new_messages):
         return 0
     batch = waiting[:int(svc.settings.deep_memory_max_messages)]
-    job_id = jobs.enqueue(svc, KIND, chat_id=chat_id, turn_id=turn_id, dedupe=False,
+    job_id = queue.enqueue(svc, KIND, chat_id=chat_id, turn_id=turn_id, dedupe=False,
                           target={"message_ids": [r["id"] for r in batch]})
     conn.executemany("UPDATE messages SET deep_job=? WHERE seq=?", [(job_id, r["seq"]) for r in batch])
     ids = [r["id"] for r in batch]
-    return 1 + sum(int(fn(svc, conn, chat_id, turn_id, ids) or 0) for fn in list(_ON_RUN))
+    return 1 + svc.hooks.deep_memory_ran.count(svc, conn, chat_id, turn_id, ids)
 
 
 def release(conn: Connection, job_ids: Sequence[str]) -> None:
@@ -78,7 +71,7 @@ def _existing(svc: Services, conn: Connection, cast: Sequence[prompts.CharacterR
     return [r[0] for r in rows]
 
 
-def _build(svc: Services, job: jobs.Job) -> prompts.Prompt | None:
+def _build(svc: Services, job: queue.Job) -> prompts.Prompt | None:
     conn = svc.db.reader()
     if not chats.memory_enabled(conn, job.chat_id):
         return None
@@ -93,7 +86,7 @@ def _build(svc: Services, job: jobs.Job) -> prompts.Prompt | None:
                                     max_chars=int(svc.settings.memory_max_chars))
 
 
-def _prepare(svc: Services, job: jobs.Job, result: prompts.Extraction) -> None:
+def _prepare(svc: Services, job: queue.Job, result: prompts.Extraction) -> None:
     # Embed outside the write transaction; memories.create then finds the vectors in the cache.
     texts = [d.text for d in result.items]
     if texts:
@@ -107,7 +100,7 @@ def _saved(conn: Connection, draft: prompts.MemoryDraft) -> bool:
     return any(" ".join(r[0].casefold().split()) == fold for r in rows)
 
 
-def _apply(svc: Services, conn: Connection, job: jobs.Job, result: prompts.Extraction,
+def _apply(svc: Services, conn: Connection, job: queue.Job, result: prompts.Extraction,
            prepared: Any) -> dict[str, Any]:
     if not chats.memory_enabled(conn, job.chat_id):
         return {"skipped": "memory is switched off for this chat (RV16)"}
@@ -131,4 +124,6 @@ def _apply(svc: Services, conn: Connection, job: jobs.Job, result: prompts.Extra
     return {"memories": created, "skipped": skipped}
 
 
-jobs.register(KIND, _apply, build=_build, prepare=_prepare)
+def register(jobs: JobKinds, hooks: Hooks) -> None:
+    """The deep-memory job (RV13)."""
+    jobs.register(KIND, _apply, build=_build, prepare=_prepare)

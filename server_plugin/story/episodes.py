@@ -1,13 +1,13 @@
-"""Character memories (SW4), scene summaries (SW5), verified quotes (SW8) and "told" events (SW9b).
+"""Character memories (SW4), scene summaries (SW5) and their verified quotes (SW8).
 
-When a session ends (`sessions.on_session_end`), its transcript is read in parts of at most
+When a session ends (`hooks.session_ended`), its transcript is read in parts of at most
 `episodes_prompt_max_tokens` and three kinds of job are queued per part:
 - `character_memories`, one per character present who may learn (RV14; players are not
   extracted): that character's own memories of the scene — summary from its point of view,
   feeling, verbatim quotes, participants, importance 1–5, source messages;
 - `scene_summaries`: the scenes in detail, with quotes;
-- `told_events`: where a character passes on something only some of those present knew.
-A deep-memory run (`deep_memory.on_run`, RV13) also queues one `character_memories` job for its
+- `told_events` (told.py): where a character passes on something only some of those present knew.
+A deep-memory run (`hooks.deep_memory_ran`, RV13) also queues one `character_memories` job for its
 chunk (at most `episodes_deep_per_character` per character). A message read by either is marked
 (`messages.memories_job`), so the other does not file the same moments again.
 
@@ -28,22 +28,23 @@ whose evidence message goes is undone.
 from __future__ import annotations
 
 import uuid
-from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, Iterable, Sequence
 
-from . import characters, chats, conversation, deep_memory, messages, sessions
-from ..retrieval import docs, visibility
-from ..jobs import queue, prompts
-from ..store.db import Connection, dumps, loads
+from ..core.quotes import Quote, verify_quotes
 from ..errors import NotFound
-from ..core.quotes import DroppedQuote, Quote, verify_quotes
-from ..services import Services
+from ..hooks import Hooks
+from ..jobs import prompts, queue
+from ..jobs.queue import JobKinds
+from ..retrieval import docs, visibility
 from ..retrieval.visibility import ItemRef
+from ..services import Services
+from ..store.db import Connection, dumps, loads
+from . import characters, chats, extraction, messages, told
 
 MEMORY, SCENE = "character_memory", "scene_summary"  # item (and index) kinds
-MEMORIES_JOB, SCENES_JOB, TOLD_JOB = "character_memories", "scene_summaries", "told_events"
-JOB_KINDS = (MEMORIES_JOB, SCENES_JOB, TOLD_JOB)
+MEMORIES_JOB, SCENES_JOB = "character_memories", "scene_summaries"
+JOB_KINDS = (MEMORIES_JOB, SCENES_JOB, told.JOB)
 SESSION_READ = "session"  # messages.memories_job of messages a session-end run has read
 
 
@@ -126,65 +127,7 @@ def _delete_rows(conn: Connection, rows: Sequence[Any]) -> int:
     return len(rows)
 
 
-def told_to_dict(row: Any) -> dict[str, Any]:
-    return {"id": row["id"], "chat_id": row["chat_id"], "session": row["session_n"],
-            "teller_id": row["teller_id"], "listener_ids": loads(row["listener_ids"]),
-            "item": {"kind": row["item_kind"], "ref": row["item_ref"]},
-            "message_id": row["message_id"], "evidence": loads(row["evidence"]),
-            "job_id": row["job_id"], "turn_id": row["turn_id"], "created_at": row["created_at"]}
-
-
-def list_told(svc: Services, *, chat_id: str | None = None, character_id: str | None = None,
-              limit: int | None = None) -> list[dict[str, Any]]:
-    """Told events (SW9b), oldest first; `character_id`: those it told or was told."""
-    where, args = ["1"], []
-    if chat_id is not None:
-        where.append("chat_id=?")
-        args.append(chat_id)
-    if character_id is not None:
-        where.append("(teller_id=? OR EXISTS (SELECT 1 FROM json_each(listener_ids) WHERE value=?))")
-        args += [character_id, character_id]
-    cap = int(svc.settings.episodes_list_max)
-    rows = svc.db.reader().execute(f"SELECT * FROM told_events WHERE {' AND '.join(where)}"
-                                   " ORDER BY created_at, id LIMIT ?", (*args, min(cap, limit or cap)))
-    return [told_to_dict(r) for r in rows]
-
-
 # --- queueing --------------------------------------------------------------------------------
-def cast(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[prompts.CharacterRef]:
-    """The chat's members and the messages' speakers that are registered characters."""
-    ids = dict.fromkeys([*chats.members(conn, chat_id), *(r["speaker_id"] for r in rows if r["speaker_id"])])
-    out = []
-    for character_id in ids:
-        found = characters.fetch(conn, character_id)
-        if found is not None:
-            out.append(prompts.CharacterRef(found["id"], found["name"], found["is_player"],
-                                            tuple(found["aliases"])))
-    return out
-
-
-def _learners(conn: Connection, cast: Sequence[prompts.CharacterRef]) -> list[str]:
-    """Characters whose memories are extracted: not the player's, learning from chat on (RV14)."""
-    return [c.id for c in cast if not c.is_player and characters.learning_enabled(conn, c.id)]
-
-
-def parts(svc: Services, rows: Sequence[Any]) -> list[list[Any]]:
-    """Consecutive parts of a transcript, each within `episodes_prompt_max_tokens`."""
-    budget = int(svc.settings.episodes_prompt_max_tokens)
-    limit = int(svc.settings.prompt_message_max_tokens)
-    parts: list[list[Any]] = []
-    used = 0
-    for row in rows:
-        cost = min(row["tokens"], limit)
-        if not parts or (parts[-1] and used + cost > budget):
-            parts.append([])
-            used = 0
-        parts[-1].append(row)
-        used += cost
-    return parts
-
-
-@sessions.on_session_end
 def queue_session(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
     """At session end: character memories (messages no deep-memory run has read), scene
     summaries and told events, per part of the session. Returns the jobs queued."""
@@ -193,11 +136,11 @@ def queue_session(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
     rows = messages.ordered(conn, chat_id, "session_n=?", [n])
     if not rows:
         return 0
-    the_cast = cast(conn, chat_id, rows)
-    learners = _learners(conn, the_cast)
+    the_cast = extraction.cast(conn, chat_id, rows)
+    learners = extraction.learners(conn, the_cast)
     unread = [r for r in rows if r["memories_job"] is None]
     queued = 0
-    for i, part in enumerate(parts(svc, unread) if learners else []):
+    for i, part in enumerate(extraction.parts(svc, unread) if learners else []):
         ids = [r["id"] for r in part]
         for character_id in learners:
             queue.enqueue(svc, MEMORIES_JOB, chat_id=chat_id, ref=f"{n}:{i}:{character_id}",
@@ -207,24 +150,23 @@ def queue_session(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
             queued += 1
         conn.executemany("UPDATE messages SET memories_job=? WHERE seq=?",
                          [(SESSION_READ, r["seq"]) for r in part])
-    for i, part in enumerate(parts(svc, rows)):
+    for i, part in enumerate(extraction.parts(svc, rows)):
         target = {"n": n, "message_ids": [r["id"] for r in part]}
         queue.enqueue(svc, SCENES_JOB, chat_id=chat_id, ref=f"{n}:{i}", target=target)
         queued += 1
         if len(the_cast) >= 2:  # someone to tell and someone to listen
-            queue.enqueue(svc, TOLD_JOB, chat_id=chat_id, ref=f"{n}:{i}", target=target)
+            queue.enqueue(svc, told.JOB, chat_id=chat_id, ref=f"{n}:{i}", target=target)
             queued += 1
     return queued
 
 
-@deep_memory.on_run
 def queue_deep_run(svc: Services, conn: Connection, chat_id: str, turn_id: str | None,
                    message_ids: list[str]) -> int:
     """With a deep-memory run (RV13): one character-memories job for the chunk's unread
     messages, bounded to `episodes_deep_per_character` memories per character."""
     per = int(svc.settings.episodes_deep_per_character)
     rows = [r for r in messages.by_ids(conn, chat_id, message_ids) if r["memories_job"] is None]
-    learners = _learners(conn, cast(conn, chat_id, rows)) if rows and per > 0 else []
+    learners = extraction.learners(conn, extraction.cast(conn, chat_id, rows)) if rows and per > 0 else []
     if not learners:
         return 0
     job_id = queue.enqueue(svc, MEMORIES_JOB, chat_id=chat_id, turn_id=turn_id, dedupe=False, target={
@@ -235,104 +177,39 @@ def queue_deep_run(svc: Services, conn: Connection, chat_id: str, turn_id: str |
 
 
 # --- building prompts ------------------------------------------------------------------------
-def _inputs(svc: Services, job: queue.Job) -> tuple[Any, list[Any], list[prompts.CharacterRef]] | None:
-    """The job's messages as they are now and the cast, or None when nothing is left to do."""
-    conn = svc.db.reader()
-    if not chats.memory_enabled(conn, job.chat_id):
-        return None
-    rows = messages.by_ids(conn, job.chat_id, job.target["message_ids"])
-    if not rows:
-        return None
-    return conn, rows, cast(conn, job.chat_id, rows)
-
-
-def _chat_messages(svc: Services, rows: Sequence[Any]) -> list[prompts.ChatMessage]:
-    return [messages.chat_message(svc, r) for r in rows]
-
-
 def _build_memories(svc: Services, job: queue.Job) -> prompts.Prompt | None:
-    found = _inputs(svc, job)
+    found = extraction.job_inputs(svc, job)
     if found is None:
         return None
     conn, rows, cast = found
-    wanted = [c for c in _learners(conn, cast) if c in job.target["character_ids"]]
+    wanted = [c for c in extraction.learners(conn, cast) if c in job.target["character_ids"]]
     if not wanted:
         return None
     return prompts.character_memories(
-        _chat_messages(svc, rows), cast, for_ids=wanted, session=job.target.get("n"),
+        extraction.chat_messages(svc, rows), cast, for_ids=wanted, session=job.target.get("n"),
         per_character=int(job.target["per_character"]),
         max_quotes=int(svc.settings.character_memory_max_quotes))
 
 
 def _build_scenes(svc: Services, job: queue.Job) -> prompts.Prompt | None:
-    found = _inputs(svc, job)
+    found = extraction.job_inputs(svc, job)
     if found is None:
         return None
     _, rows, cast = found
     if not cast:
         return None
-    return prompts.scene_summaries(_chat_messages(svc, rows), cast, session=job.target.get("n"),
+    return prompts.scene_summaries(extraction.chat_messages(svc, rows), cast, session=job.target.get("n"),
                                    max_scenes=int(svc.settings.scenes_max),
                                    max_quotes=int(svc.settings.scene_max_quotes))
 
 
-def related_secrets(svc: Services, conn: Connection, cast: Sequence[prompts.CharacterRef],
-                    rows: Sequence[Any]) -> list[visibility.Secret]:
-    """The secrets (some of the cast know them, some not) sharing the most words with the
-    messages, at most `told_secrets_max`, newest first among equals. Names do not count."""
-    names = [n for c in cast for n in (c.name, *c.aliases)]
-    said = visibility.content_words(" ".join(r["text"] for r in rows), names)
-    scored = []
-    for secret in visibility.secrets_among(conn, [c.id for c in cast]):
-        overlap = len(visibility.content_words(secret.text, names) & said)
-        if overlap:
-            scored.append((overlap, secret.updated_at, secret))
-    scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
-    return [s for _, _, s in scored[:int(svc.settings.told_secrets_max)]]
-
-
-def _build_told(svc: Services, job: queue.Job) -> prompts.Prompt | None:
-    found = _inputs(svc, job)
-    if found is None:
-        return None
-    conn, rows, cast = found
-    if len(cast) < 2:
-        return None
-    secrets = related_secrets(svc, conn, cast, rows)
-    if not secrets:
-        return None  # nothing anyone here could pass on
-    limit = int(svc.settings.told_secret_tokens)
-    inputs = [prompts.SecretInput(s.item.key(), svc.tokens.truncate(s.text, limit), s.knowers)
-              for s in secrets]
-    return prompts.told_events(_chat_messages(svc, rows), cast, inputs,
-                               max_events=int(svc.settings.told_events_max))
-
-
 # --- checking a result against the store (SW8, SW9b) ------------------------------------------
-@dataclass
-class Checked:
-    """What a result becomes once checked against the store: rows to insert and what was dropped."""
-
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    dropped_quotes: list[DroppedQuote] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
-
-    def report(self) -> dict[str, Any]:
-        reasons = Counter(d.reason for d in self.dropped_quotes)
-        return {"dropped_quotes": len(self.dropped_quotes), "dropped_quote_reasons": dict(reasons),
-                "dropped": self.dropped}
-
-
-def _texts(conn: Connection, chat_id: str, ids: Iterable[str]) -> dict[str, Any]:
-    return {r["id"]: r for r in messages.by_ids(conn, chat_id, ids)}
-
-
 def _check_item(svc: Services, conn: Connection, job: queue.Job, item: Any, owner: str | None,
-                out: Checked) -> dict[str, Any] | None:
+                out: extraction.Checked) -> dict[str, Any] | None:
     """One extracted item as a row, with its quotes verified against the messages as they are now
     (SW8) and its witnesses (SW9b); None when none of its source messages is left."""
     cited = [*item.source_message_ids, *(q.message_id for q in item.quotes)]
-    found = _texts(conn, job.chat_id, cited)
+    found = extraction.texts(conn, job.chat_id, cited)
     check = verify_quotes(item.quotes, {i: r["text"] for i, r in found.items()})
     out.dropped_quotes += check.dropped
     sources = [m for m in dict.fromkeys([*item.source_message_ids, *(q.message_id for q in check.kept)])
@@ -350,8 +227,8 @@ def _check_item(svc: Services, conn: Connection, job: queue.Job, item: Any, owne
 
 
 def check_memories(svc: Services, conn: Connection, job: queue.Job,
-                   result: prompts.Extraction) -> Checked:
-    out = Checked(dropped_quotes=list(result.dropped_quotes), dropped=list(result.dropped_items))
+                   result: prompts.Extraction) -> extraction.Checked:
+    out = extraction.Checked(dropped_quotes=list(result.dropped_quotes), dropped=list(result.dropped_items))
     for item in result.items:
         if item.character_id not in job.target["character_ids"] or \
                 not characters.learning_enabled(conn, item.character_id) or \
@@ -365,8 +242,8 @@ def check_memories(svc: Services, conn: Connection, job: queue.Job,
     return out
 
 
-def check_scenes(svc: Services, conn: Connection, job: queue.Job, result: prompts.Extraction) -> Checked:
-    out = Checked(dropped_quotes=list(result.dropped_quotes), dropped=list(result.dropped_items))
+def check_scenes(svc: Services, conn: Connection, job: queue.Job, result: prompts.Extraction) -> extraction.Checked:
+    out = extraction.Checked(dropped_quotes=list(result.dropped_quotes), dropped=list(result.dropped_items))
     for item in result.items:
         row = _check_item(svc, conn, job, item, None, out)
         if row is not None:
@@ -378,7 +255,7 @@ def _render_row(row: dict[str, Any]) -> str:
     return render({**row, "quotes": dumps(row["quotes"])})
 
 
-def _check(svc: Services, conn: Connection, job: queue.Job, result: Any) -> Checked:
+def _check(svc: Services, conn: Connection, job: queue.Job, result: Any) -> extraction.Checked:
     return (check_memories if job.kind == MEMORIES_JOB else check_scenes)(svc, conn, job, result)
 
 
@@ -423,51 +300,6 @@ def _apply_items(svc: Services, conn: Connection, job: queue.Job, result: Any,
     return {"episodes": ids, **checked.report()}
 
 
-# --- told events -------------------------------------------------------------------------------
-def _apply_told(svc: Services, conn: Connection, job: queue.Job, result: prompts.Extraction,
-                prepared: Any) -> dict[str, Any]:
-    """Record each told event whose evidence is verbatim in its message (SW8) and whose teller
-    knows the item; the listeners (present at that message, learning, not knowing it yet) are
-    added to the item's known_by and its source messages' (SW9b)."""
-    if not chats.memory_enabled(conn, job.chat_id):
-        return {"skipped": "memory is switched off for this chat (RV16)"}
-    out = Checked(dropped_quotes=list(result.dropped_quotes), dropped=list(result.dropped_items))
-    told, granted = [], Counter()
-    for event in result.items:
-        item = ItemRef.parse(event.secret_id)
-        message = messages.fetch(conn, job.chat_id, event.evidence.message_id)
-        check = verify_quotes([event.evidence], {message["id"]: message["text"]} if message else {})
-        if not check.kept:
-            out.dropped_quotes += check.dropped
-            out.dropped.append(f"evidence not found in the message: {event.evidence.text[:80]}")
-            continue
-        if not visibility.knows(conn, event.teller_id, item):
-            out.dropped.append(f"{event.teller_id} does not know {item.key()}")
-            continue
-        present = set(visibility.witnesses(conn, job.chat_id, [message["id"]]))
-        listeners = [c for c in event.listener_ids
-                     if c in present and c != event.teller_id and characters.learning_enabled(conn, c)
-                     and not visibility.knows(conn, c, item)]
-        if not listeners:
-            out.dropped.append(f"no listener present who did not know {item.key()} already")
-            continue
-        told_id = "k_" + uuid.uuid4().hex
-        conn.execute(
-            "INSERT INTO told_events(id, chat_id, session_n, teller_id, listener_ids, item_kind,"
-            " item_ref, message_id, evidence, job_id, turn_id, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (told_id, job.chat_id, message["session_n"], event.teller_id, dumps(listeners), item.kind,
-             item.ref, message["id"], dumps(asdict(check.kept[0])), job.id, job.turn_id, svc.clock.iso()))
-        granted.update(visibility.tell(svc, conn, [item, *visibility.sources_of(conn, item)],
-                                       listeners, told_id))
-        told.append(told_id)
-    return {"told": told, "granted": dict(granted), **out.report()}
-
-
-queue.register(MEMORIES_JOB, _apply_items, build=_build_memories, prepare=_prepare)
-queue.register(SCENES_JOB, _apply_items, build=_build_scenes, prepare=_prepare)
-queue.register(TOLD_JOB, _apply_told, build=_build_told)
-
-
 # --- provenance: rollback, deleted messages, deleted chats (RV10) ------------------------------
 def _set_quotes(svc: Services, conn: Connection, row: Any, quotes: list[dict[str, Any]]) -> None:
     """Store an item's remaining quotes and index its new text (embedded inside the transaction:
@@ -489,7 +321,6 @@ def _strip(svc: Services, conn: Connection, row: Any, gone: set[str]) -> None:
     _set_quotes(svc, conn, row, [q for q in loads(row["quotes"]) if q["message_id"] not in gone])
 
 
-@conversation.on_messages_edited
 def recheck_quotes(svc: Services, conn: Connection, chat_id: str, rows: list[Any]) -> None:
     """Edited messages (SW8): a stored quote that is no longer verbatim in its message is dropped;
     a told event whose evidence is no longer in its message is undone. (What the item says is
@@ -504,10 +335,7 @@ def recheck_quotes(svc: Services, conn: Connection, chat_id: str, rows: list[Any
             [Quote(q["speaker"], q["text"], q["message_id"])], texts).kept]
         if len(kept) != len(quotes):
             _set_quotes(svc, conn, row, kept)
-    told = conn.execute(f"SELECT id, evidence FROM told_events WHERE chat_id=? AND message_id IN ({marks})",
-                        (chat_id, *texts)).fetchall()
-    visibility.untell(svc, conn, [t["id"] for t in told
-                                  if not verify_quotes([Quote(**loads(t["evidence"]))], texts).kept])
+    told.recheck_evidence(svc, conn, chat_id, texts)
 
 
 def forget_messages(svc: Services, conn: Connection, chat_id: str, message_ids: Iterable[str]) -> dict[str, int]:
@@ -528,29 +356,24 @@ def forget_messages(svc: Services, conn: Connection, chat_id: str, message_ids: 
         else:
             _strip(svc, conn, row, gone & cited)
             stripped += 1
-    told = [r[0] for r in conn.execute(f"SELECT id FROM told_events WHERE chat_id=? AND message_id IN ({marks})",
-                                       (chat_id, *gone))]
-    visibility.untell(svc, conn, told)
+    untold = told.untell_messages(svc, conn, chat_id, gone)
     # Grants recorded on deleted messages' index entries have nothing left to undo.
     conn.execute("DELETE FROM knowledge_grants WHERE item_kind=? AND CAST(item_ref AS INTEGER) NOT IN"
                  " (SELECT seq FROM messages)", (visibility.MESSAGE,))
-    return {"episodes": _delete_rows(conn, doomed), "episodes_trimmed": stripped, "told_events": len(told)}
+    return {"episodes": _delete_rows(conn, doomed), "episodes_trimmed": stripped, "told_events": untold}
 
 
-@conversation.on_messages_deleted
 def _messages_deleted(svc: Services, conn: Connection, chat_id: str, message_ids: list[str]) -> dict[str, int]:
     return forget_messages(svc, conn, chat_id, message_ids)
 
 
-@conversation.on_chat_deleted
 def _chat_deleted(svc: Services, conn: Connection, chat_id: str) -> dict[str, int]:
     """A deleted chat's scenes never happened: its told events are undone, its items go."""
-    told = [r[0] for r in conn.execute("SELECT id FROM told_events WHERE chat_id=?", (chat_id,))]
-    visibility.untell(svc, conn, told)
+    untold = told.untell_chat(svc, conn, chat_id)
     rows = conn.execute("SELECT * FROM episodes WHERE chat_id=?", (chat_id,)).fetchall()
     conn.execute("DELETE FROM knowledge_grants WHERE item_kind=? AND CAST(item_ref AS INTEGER) NOT IN"
                  " (SELECT seq FROM messages)", (visibility.MESSAGE,))
-    return {"episodes": _delete_rows(conn, rows), "told_events": len(told)}
+    return {"episodes": _delete_rows(conn, rows), "told_events": untold}
 
 
 def rollback_turn(svc: Services, conn: Connection, chat_id: str, turn_id: str) -> dict[str, int]:
@@ -562,12 +385,23 @@ def rollback_turn(svc: Services, conn: Connection, chat_id: str, turn_id: str) -
                                           (chat_id, turn_id, *JOB_KINDS))]
     conn.executemany("UPDATE messages SET memories_job=NULL WHERE chat_id=? AND memories_job=?",
                      [(chat_id, j) for j in job_ids])
-    told = [r[0] for r in conn.execute("SELECT id FROM told_events WHERE chat_id=? AND turn_id=?",
-                                       (chat_id, turn_id))]
-    visibility.untell(svc, conn, told)
+    untold = told.untell_turn(svc, conn, chat_id, turn_id)
     rows = conn.execute("SELECT * FROM episodes WHERE chat_id=? AND turn_id=?", (chat_id, turn_id)).fetchall()
-    removed = {"episodes": _delete_rows(conn, rows), "told_events": len(told)}
+    removed = {"episodes": _delete_rows(conn, rows), "told_events": untold}
     own = [r[0] for r in conn.execute("SELECT id FROM messages WHERE chat_id=? AND turn_id=?", (chat_id, turn_id))]
     for key, value in forget_messages(svc, conn, chat_id, own).items():
         removed[key] = removed.get(key, 0) + value
     return removed
+
+
+def register(jobs: JobKinds, hooks: Hooks) -> None:
+    """Character memories, scene summaries and told events (SW4, SW5, SW9b): their jobs, queued
+    at a session's end and with each deep-memory run; what edits, deletes and rollbacks undo."""
+    jobs.register(MEMORIES_JOB, _apply_items, build=_build_memories, prepare=_prepare)
+    jobs.register(SCENES_JOB, _apply_items, build=_build_scenes, prepare=_prepare)
+    hooks.session_ended.connect(queue_session)
+    hooks.deep_memory_ran.connect(queue_deep_run)
+    hooks.messages_edited.connect(recheck_quotes)
+    hooks.messages_deleted.connect(_messages_deleted)
+    hooks.chat_deleted.connect(_chat_deleted)
+    hooks.turn_rolled_back.connect(rollback_turn)

@@ -12,13 +12,15 @@ turns it fired in, for QS5's ranking; `context.py` updates it after each assembl
 from __future__ import annotations
 
 import uuid
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from ..retrieval import docs
-from ..store.db import Connection, dumps, loads
 from ..errors import Conflict, NotFound, Unprocessable
+from ..retrieval import docs
 from ..services import Services
-from ..sillytavern.formats import IMPORT_NOTES, FormatError, LoreDraft, parse_world_info
+from ..store.db import Connection, dumps, loads
+
+if TYPE_CHECKING:
+    from ..sillytavern.formats import LoreDraft
 
 KIND = "lore"
 SOURCES = ("user", "import", "job")
@@ -250,23 +252,15 @@ def dry_report(prepared: Sequence[tuple[LoreDraft, dict, Any]]) -> list[dict[str
              **({"reason": d.skipped} if e is None else {})} for d, e, _ in prepared]
 
 
-def import_world_info(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
-    """Import a SillyTavern World Info file in one transaction (all entries or none).
-
-    `data`: {world_info: <the file>, name?, known_by?, dry_run?}. The answer lists the entries
-    created and, per entry of the file, its status and what was not mapped.
-    """
-    try:
-        drafts, top = parse_world_info(data["world_info"], data.get("name"))
-    except FormatError as exc:
-        raise Unprocessable("invalid_world_info", str(exc)) from None
-    prepared = prepare_drafts(svc, drafts, data.get("known_by"))
-    summary = {"format": "sillytavern_world_info", "notes": IMPORT_NOTES, "not_mapped": top}
-    if data.get("dry_run"):
-        return {"lore": [], "report": {**summary, "dry_run": True, "entries": dry_report(prepared)}}
-    with svc.db.write() as conn:
-        entries, report = write_drafts(svc, conn, prepared)
-    return {"lore": entries, "report": {**summary, "dry_run": False, "entries": report}}
+def remove_card_book(conn: Connection, character_id: str) -> list[str]:
+    """Inside a write: the entries an earlier import of this character's card created and nobody
+    edited since go, with their index entries (a re-import then does not double them)."""
+    ids = [r[0] for r in conn.execute(
+        "SELECT id FROM lore WHERE source='import' AND version=1"
+        " AND json_extract(metadata, '$.import.character_id')=?", (character_id,))]
+    docs.remove(conn, KIND, ids)
+    conn.executemany("DELETE FROM lore WHERE id=?", [(i,) for i in ids])
+    return ids
 
 
 # --- per-chat trigger statistics (QS5) -----------------------------------------------------------

@@ -12,14 +12,16 @@ import uuid
 from datetime import timedelta
 from typing import Any, Iterable
 
-from ..store import changes
-from . import chats, characters
-from ..retrieval import docs
 from ..clock import to_iso
-from ..store.db import Connection, dumps, loads
 from ..errors import Conflict, Forbidden, NotFound, Unprocessable
-from ..services import Services
+from ..hooks import Hooks
+from ..jobs.queue import JobKinds
+from ..retrieval import docs
 from ..retrieval.visibility import known_by_sql
+from ..services import Services
+from ..store import changes
+from ..store.db import Connection, dumps, loads
+from . import characters, chats
 
 KIND = "memory"
 PERSON = "user"  # the only actor allowed to touch pinned items (RV11)
@@ -375,3 +377,12 @@ def _select_for_turn(svc: Services, chat_id: str, speaker_id: str) -> dict[str, 
         "scopes": [{"scope": s, "character_id": c, "unpinned_available": a, "unpinned_taken": n}
                    for (s, c), a, n in zip(scopes, available, shares)],
     }
+
+
+def _rollback(svc: Services, conn: Connection, chat_id: str, turn_id: str) -> dict[str, int]:
+    return {"memories": len(rollback_turn(svc, conn, chat_id, turn_id))}
+
+
+def register(jobs: JobKinds, hooks: Hooks) -> None:
+    """A rolled-back turn takes back the memories it saved (RV10; never pinned ones, RV11)."""
+    hooks.turn_rolled_back.connect(_rollback)

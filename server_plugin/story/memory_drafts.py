@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import characters
-from ..jobs import llm, prompts
 from ..errors import Unprocessable
+from ..jobs import llm, prompts
 from ..services import Services
+from . import characters
 
 EXTRACTIVE_NOTE = "No model is configured for the sidecar (llm_mode {mode}), so these drafts come from the text itself."
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from ..retrieval import docs as index
-from ..jobs import prompts
 from ..clock import parse_iso, to_iso
-from ..store.db import Connection, loads
 from ..errors import NotFound, Unprocessable
+from ..jobs import prompts
+from ..retrieval import docs as index
 from ..services import Services
+from ..store.db import Connection, loads
 
 KIND = "message"
 ORDER = "position, seq"  # the transcript's order, everywhere
@@ -61,7 +61,7 @@ def get_row(conn: Connection, chat_id: str, message_id: str) -> Any:
 
 def newest(conn: Connection, chat_id: str, limit: int) -> list[Any]:
     """The newest `limit` messages, newest first."""
-    return conn.execute(f"SELECT * FROM messages WHERE chat_id=? ORDER BY position DESC, seq DESC"
+    return conn.execute("SELECT * FROM messages WHERE chat_id=? ORDER BY position DESC, seq DESC"
                         " LIMIT ?", (chat_id, limit)).fetchall()
 
 
@@ -92,6 +92,15 @@ def by_ids(conn: Connection, chat_id: str, ids: Iterable[str]) -> list[Any]:
         return []
     marks = ",".join("?" * len(wanted))
     return ordered(conn, chat_id, f"id IN ({marks})", wanted)
+
+
+def speaker_names(conn: Connection, chat_id: str, message_ids: Sequence[str]) -> dict[str, str]:
+    """The speaker's name (or role) of some messages of a chat, by message id."""
+    if not message_ids:
+        return {}
+    marks = ",".join("?" * len(message_ids))
+    return {r[0]: r[1] or r[2] for r in conn.execute(
+        f"SELECT id, name, role FROM messages WHERE chat_id=? AND id IN ({marks})", [chat_id, *message_ids])}
 
 
 def count(conn: Connection, chat_id: str) -> int:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import uuid
 from typing import Any, Sequence
 
-from . import chats
-from ..store.db import Connection
 from ..errors import Conflict, NotFound, Unprocessable
 from ..services import Services
+from ..store.db import Connection
+from . import chats
 
 DEFAULT_PRIORITY = 3
 ORDER = "priority DESC, updated_at DESC, id"

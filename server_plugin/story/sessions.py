@@ -4,8 +4,9 @@ A session is open from its first message until `POST …/sessions/end`, or until
 more than `session_gap_hours` after the one before it (that message opens the next session). An
 ended session gets a session_summary job: a full summary, a one-paragraph short one, quotes, and
 what it proposes for the campaign notes (SW3). Other modules add their own session-end work
-(character memories, scene summaries, sheet drafts…) with `on_session_end(fn)`; fn(svc, conn,
-chat_id, n) runs inside the transaction that ends the session and returns how many jobs it queued.
+(character memories, scene summaries, sheet drafts…) by connecting to `hooks.session_ended`:
+fn(svc, conn, chat_id, n) runs inside the transaction that ends the session and returns how many
+jobs it queued.
 
 `story_summary_parts` is what the context assembler shows as the Story Summary: the latest full
 session summary, the short ones of the sessions before it, then the summary tiers (RV3).
@@ -15,27 +16,20 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import timedelta
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from . import chats, messages, notes, summaries
-from ..retrieval import docs
-from ..jobs import queue as jobs, prompts
 from ..clock import parse_iso
-from ..store.db import Connection, dumps, loads
-from ..errors import NotFound
 from ..core.quotes import Quote
+from ..errors import NotFound
+from ..hooks import Hooks
+from ..jobs import prompts, queue
+from ..jobs.queue import JobKinds
+from ..retrieval import docs
 from ..services import Services
+from ..store.db import Connection, dumps, loads
+from . import chats, messages, notes, summaries
 
 KIND = "session_summary"
-SessionEnd = Callable[[Services, Connection, str, int], "int | None"]
-_ON_SESSION_END: list[SessionEnd] = []
-
-
-def on_session_end(fn: SessionEnd) -> SessionEnd:
-    """Register work to queue when a session ends (may be used as a decorator)."""
-    if fn not in _ON_SESSION_END:
-        _ON_SESSION_END.append(fn)
-    return fn
 
 
 # --- rows ------------------------------------------------------------------------------------
@@ -125,11 +119,8 @@ def _end(svc: Services, conn: Connection, chat_id: str, n: int, reason: str, end
     """Close a session and queue its summary and every registered session-end job."""
     conn.execute("UPDATE sessions SET state='ended', ended_at=?, end_reason=?, updated_at=?"
                  " WHERE chat_id=? AND n=?", (ended_at, reason, svc.clock.iso(), chat_id, n))
-    jobs.enqueue(svc, KIND, chat_id=chat_id, ref=str(n), target={"n": n})
-    queued = 1
-    for fn in list(_ON_SESSION_END):
-        queued += int(fn(svc, conn, chat_id, n) or 0)
-    return queued
+    queue.enqueue(svc, KIND, chat_id=chat_id, ref=str(n), target={"n": n})
+    return 1 + svc.hooks.session_ended.count(svc, conn, chat_id, n)
 
 
 def end(svc: Services, chat_id: str) -> dict[str, Any] | None:
@@ -149,7 +140,7 @@ def resummarize(svc: Services, chat_id: str, n: int) -> dict[str, Any]:
     current = get(svc, chat_id, n)
     if current["state"] == "open":
         return {"n": n, "jobs_enqueued": 0}
-    job_id = jobs.enqueue(svc, KIND, chat_id=chat_id, ref=str(n), target={"n": n})
+    job_id = queue.enqueue(svc, KIND, chat_id=chat_id, ref=str(n), target={"n": n})
     return {"n": n, "jobs_enqueued": 1, "job_id": job_id}
 
 
@@ -161,7 +152,7 @@ def mark_stale(conn: Connection, chat_id: str, rows: Sequence[Any]) -> None:
 
 
 # --- the session-summary job -----------------------------------------------------------------
-def _build(svc: Services, job: jobs.Job) -> prompts.Prompt | None:
+def _build(svc: Services, job: queue.Job) -> prompts.Prompt | None:
     conn = svc.db.reader()
     n = int(job.target["n"])
     rows = messages.ordered(conn, job.chat_id, "session_n=?", [n])
@@ -195,7 +186,7 @@ def _fit(svc: Services, conn: Connection, rows: Sequence[Any]) -> tuple[list[pro
     return earlier, messages.newest_within(rest, budget, limit)
 
 
-def _apply(svc: Services, conn: Connection, job: jobs.Job, result: prompts.SessionSummary,
+def _apply(svc: Services, conn: Connection, job: queue.Job, result: prompts.SessionSummary,
            prepared: Any) -> dict[str, Any]:
     n = int(job.target["n"])
     row = conn.execute("SELECT * FROM sessions WHERE chat_id=? AND n=?", (job.chat_id, n)).fetchone()
@@ -212,7 +203,7 @@ def _apply(svc: Services, conn: Connection, job: jobs.Job, result: prompts.Sessi
     return {"session": n, **written, "dropped_quotes": len(result.dropped_quotes)}
 
 
-def _prepare(svc: Services, job: jobs.Job, result: prompts.SessionSummary) -> Any:
+def _prepare(svc: Services, job: queue.Job, result: prompts.SessionSummary) -> Any:
     # The full summary as a search item (SW6): embedded before the job's write transaction.
     return docs.prepare(svc, [result.render()], svc.embed_wait())[0]
 
@@ -233,7 +224,6 @@ def _index(conn: Connection, chat_id: str, n: int, row: Any, prepared: docs.Prep
               source_message_ids=[q.message_id for q in result.quotes])
 
 
-jobs.register(KIND, _apply, build=_build, prepare=_prepare)
 
 
 # --- for the context assembler ---------------------------------------------------------------
@@ -265,3 +255,8 @@ def delete_for_chat(conn: Connection, chat_id: str) -> int:
     numbers = [r[0] for r in conn.execute("SELECT n FROM sessions WHERE chat_id=?", (chat_id,))]
     docs.remove(conn, KIND, [search_ref(chat_id, n) for n in numbers])
     return conn.execute("DELETE FROM sessions WHERE chat_id=?", (chat_id,)).rowcount
+
+
+def register(jobs: JobKinds, hooks: Hooks) -> None:
+    """The session summary job (SW2)."""
+    jobs.register(KIND, _apply, build=_build, prepare=_prepare)

@@ -1,11 +1,39 @@
-"""A character sheet as text for one viewer (SW1): the fields as written, and only the secrets
-that viewer knows (decided by visibility.py)."""
+"""Character sheets (rule SW1): rendered for one viewer, and grown with play.
+
+- **Rendering**: a sheet as text for one viewer — the fields as written, and only the secrets that
+  viewer knows (decided by retrieval/visibility).
+- **Minimal drafts** (`sheet_drafts` jobs, no model, every LLM mode): when a session ends, a named
+  speaker the cast does not know yet and who spoke at least `sheet_draft_min_lines` times gets a
+  minimal sheet — its name, where it first appeared, and a few of its lines verbatim (SW8). It is
+  written as a background job's, so a person's later edits are protected and the fields stay open
+  to a model's later, fuller draft.
+- **Updates with a model** (`sheet_updates` jobs): when a session ends, a job reads it (its newest
+  messages within `episodes_prompt_max_tokens`) and
+  - drafts a sheet for each recurring newcomer: a named speaker no character is (by id, name or
+    alias), who spoke in this session and in at least `sheet_newcomer_min_sessions` sessions of
+    the chat, or in at least `sheet_newcomer_min_lines` of its messages;
+  - proposes updates to the sheets of the characters present who learn from chat (RV14): the
+    chat's members, the registered speakers, and speakers known by name only (e.g. a character
+    whose minimal sheet a `sheet_drafts` job wrote at an earlier session end).
+  Fields a person wrote or locked are shown to the model as kept and are never overwritten:
+  `characters.update_sheet` refuses them whatever the model answers, and the job's result lists
+  them as refused. Secrets are neither shown nor written (who knows a secret is visibility's).
+  Not queued in extractive mode (without a model nothing is inferred about a character), nor
+  when the chat's memory is off (RV16).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Sequence
 
+from ..hooks import Hooks
+from ..jobs import prompts, queue
+from ..jobs.queue import JobKinds
 from ..retrieval.visibility import knows_secret
+from ..services import Services
+from ..store.db import Connection, loads
+from . import characters, chats, extraction, messages
 
 SECRETS = "secrets"
 
@@ -41,3 +69,235 @@ def render(character: dict[str, Any], viewer_id: str | None) -> str:
         lines.append("Secrets:")
         lines += [f"- {text.strip()}" for text in secrets]
     return "\n".join(lines)
+
+
+# --- minimal drafts, no model -----------------------------------------------------------------
+DRAFTS_KIND = "sheet_drafts"
+QUOTE_MAX_CHARS = 200
+_SENTENCE_END = re.compile(r"(?<=[.!?…])\s")
+
+
+def character_id_for(name: str) -> str:
+    """The id of a cast member without a card (API.md: a slug): 'Old Tom' -> 'old-tom'."""
+    return re.sub(r"[^\w]+", "-", name.casefold()).strip("-") or "unnamed"
+
+
+def _known_names(conn: Connection) -> tuple[set[str], set[str]]:
+    """Ids and case-folded names and aliases of the whole cast."""
+    ids, names = set(), set()
+    for row in conn.execute("SELECT id, name, aliases FROM characters"):
+        ids.add(row["id"])
+        names.add(row["name"].casefold())
+        names.update(a.casefold() for a in loads(row["aliases"]))
+    return ids, names
+
+
+def _line(text: str) -> str:
+    """A verbatim line: the message's opening sentences, up to QUOTE_MAX_CHARS, cut at a
+    sentence end when one is near (a prefix of what was said, never a paraphrase)."""
+    text = " ".join(text.split())
+    if len(text) <= QUOTE_MAX_CHARS:
+        return text
+    cut = text[:QUOTE_MAX_CHARS]
+    ends = [m.start() for m in _SENTENCE_END.finditer(cut)]
+    return cut[:ends[-1]] if ends else cut.rsplit(" ", 1)[0] + "…"
+
+
+def new_speakers(conn: Connection, chat_id: str, n: int, min_lines: int) -> dict[str, list[Any]]:
+    """The session's speakers (by name, in order of first appearance) nobody in the cast is,
+    with their messages; only those with at least `min_lines` messages."""
+    ids, names = _known_names(conn)
+    spoken: dict[str, list[Any]] = {}
+    for row in conn.execute("SELECT * FROM messages WHERE chat_id=? AND session_n=? AND"
+                            " role='assistant' ORDER BY position, seq", (chat_id, n)):
+        name = " ".join((row["name"] or "").split())
+        if not name or name.casefold() in names or (row["speaker_id"] or "") in ids:
+            continue
+        spoken.setdefault(name, []).append(row)
+    return {k: v for k, v in spoken.items() if len(v) >= min_lines}
+
+
+def _queue_drafts(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
+    queue.enqueue(svc, DRAFTS_KIND, chat_id=chat_id, ref=str(n), target={"n": n})
+    return 1
+
+
+def _apply_drafts(svc: Services, conn: Connection, job: queue.Job, result: Any, prepared: Any) -> dict[str, Any]:
+    """Draft a minimal sheet for each new speaker of the ended session."""
+    n = int(job.target["n"])
+    chat = conn.execute("SELECT title FROM chats WHERE id=?", (job.chat_id,)).fetchone()
+    where = chat["title"] if chat is not None and chat["title"] else job.chat_id
+    drafted = []
+    speakers = new_speakers(conn, job.chat_id, n, int(svc.settings.sheet_draft_min_lines))
+    for name, rows in speakers.items():
+        character_id = character_id_for(name)
+        if characters.fetch(conn, character_id) is not None:
+            continue  # a character of that id exists: a model's update, not a draft
+        quotes = [f'"{_line(r["text"])}"' for r in rows[: int(svc.settings.sheet_draft_quotes)]]
+        fields = {"first_appearance": f"Session {n} of {where}, {rows[0]['sent_at'][:10]}",
+                  "quotes": "\n".join(quotes)}
+        characters.update_sheet(svc, character_id, fields, actor="background", name=name)
+        drafted.append(character_id)
+    return {"drafted": drafted}
+
+
+# --- updates with a model ------------------------------------------------------------------------
+UPDATES_KIND = "sheet_updates"
+
+
+def _queue_updates(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
+    """Queue the session's sheet updates (not in extractive mode, not with memory off: RV16)."""
+    if svc.settings.llm_mode == "extractive" or not chats.memory_enabled(conn, chat_id):
+        return 0
+    queue.enqueue(svc, UPDATES_KIND, chat_id=chat_id, ref=str(n), target={"n": n})
+    return 1
+
+
+# --- who is who ------------------------------------------------------------------------------
+def _speaker(row: Any) -> str:
+    return " ".join((row["name"] or "").split())
+
+
+def _known(conn: Connection) -> tuple[set[str], dict[str, str]]:
+    """Every character id, and case-folded names and aliases to an id (first one wins)."""
+    ids: set[str] = set()
+    names: dict[str, str] = {}
+    for row in conn.execute("SELECT id, name, aliases FROM characters ORDER BY created_at, id"):
+        ids.add(row["id"])
+        for name in [row["name"], *loads(row["aliases"])]:
+            names.setdefault(" ".join(name.split()).casefold(), row["id"])
+    return ids, names
+
+
+def newcomers(svc: Services, conn: Connection, chat_id: str, n: int) -> list[prompts.Newcomer]:
+    """Named speakers of session n that no character is (by id, name or alias) and who recur:
+    in `sheet_newcomer_min_sessions` sessions of the chat or `sheet_newcomer_min_lines` messages."""
+    ids, names = _known(conn)
+    seen: dict[str, dict[str, Any]] = {}
+    for row in conn.execute("SELECT name, speaker_id, session_n FROM messages WHERE chat_id=? AND"
+                            " role='assistant' ORDER BY position, seq", (chat_id,)):
+        name = _speaker(row)
+        if not name or name.casefold() in names or (row["speaker_id"] or "") in ids:
+            continue
+        entry = seen.setdefault(name, {"lines": 0, "sessions": set()})
+        entry["lines"] += 1
+        entry["sessions"].add(row["session_n"])
+    min_sessions = int(svc.settings.sheet_newcomer_min_sessions)
+    min_lines = int(svc.settings.sheet_newcomer_min_lines)
+    return [prompts.Newcomer(name, e["lines"], len(e["sessions"])) for name, e in seen.items()
+            if n in e["sessions"] and (len(e["sessions"]) >= min_sessions or e["lines"] >= min_lines)]
+
+
+def present(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[prompts.CharacterRef]:
+    """The cast of these messages: `extraction.cast` (members and registered speakers) plus
+    speakers who match a character by name or alias only."""
+    cast = extraction.cast(conn, chat_id, rows)
+    have = {c.id for c in cast}
+    _, names = _known(conn)
+    for row in rows:
+        character_id = names.get(_speaker(row).casefold())
+        if character_id is None or character_id in have:
+            continue
+        found = characters.fetch(conn, character_id)
+        if found is not None:
+            cast.append(prompts.CharacterRef(found["id"], found["name"], found["is_player"],
+                                             tuple(found["aliases"])))
+            have.add(character_id)
+    return cast
+
+
+def newest_within(svc: Services, rows: Sequence[Any]) -> list[Any]:
+    """The newest messages whose cost (each capped at `prompt_message_max_tokens`) fits in
+    `episodes_prompt_max_tokens`; always at least the newest one."""
+    return messages.newest_within(rows, int(svc.settings.episodes_prompt_max_tokens),
+                                  int(svc.settings.prompt_message_max_tokens))
+
+
+def _sheet(character: dict[str, Any]) -> prompts.SheetInput:
+    """A sheet as the model sees it: text fields only (never the secrets)."""
+    fields = {k: v for k, v in character["sheet"].items() if k != "secrets" and isinstance(v, str)}
+    return prompts.SheetInput(character["id"], fields, tuple(sorted(characters.protected_fields(character))))
+
+
+# --- the job ---------------------------------------------------------------------------------
+def _build_updates(svc: Services, job: queue.Job) -> prompts.Prompt | None:
+    conn = svc.db.reader()
+    n = int(job.target["n"])
+    if not chats.memory_enabled(conn, job.chat_id):
+        return None
+    rows = newest_within(svc, messages.ordered(conn, job.chat_id, "session_n=?", [n]))
+    if not rows:
+        return None
+    cast = present(conn, job.chat_id, rows)
+    sheets = [_sheet(characters.fetch(conn, c.id)) for c in cast
+              if characters.learning_enabled(conn, c.id)]
+    shown = {_speaker(r) for r in rows}
+    found = [x for x in newcomers(svc, conn, job.chat_id, n) if x.name in shown]
+    if not sheets and not found:
+        return None
+    return prompts.sheet_updates([messages.chat_message(svc, r) for r in rows], cast, sheets, found,
+                                 max_fields=int(svc.settings.sheet_max_fields),
+                                 field_max_chars=int(svc.settings.sheet_field_max_chars))
+
+
+def _draft_target(conn: Connection, name: str) -> tuple[str | None, str]:
+    """Where a newcomer's draft goes: (character id, why not). A character who got that name
+    since the prompt was built takes it; otherwise a new character whose id is the name's slug,
+    unless another character already holds that id."""
+    _, names = _known(conn)
+    known = names.get(" ".join(name.split()).casefold())
+    if known is not None:
+        return known, ""
+    character_id = character_id_for(name)
+    holder = characters.fetch(conn, character_id)
+    if holder is not None:
+        return None, f"{name}: the id {character_id} belongs to {holder['name']}"
+    return character_id, ""
+
+
+def _write(svc: Services, conn: Connection, character_id: str, fields: dict[str, str], name: str | None,
+           out: dict[str, Any]) -> None:
+    """One proposal through `update_sheet` (protected fields refused), unless the character
+    does not learn from chat (RV14) or is gone."""
+    if not characters.learning_enabled(conn, character_id):
+        out["skipped"].append(f"learning off (RV14): {character_id}")
+        return
+    if name is None and characters.fetch(conn, character_id) is None:
+        out["skipped"].append(f"deleted meanwhile: {character_id}")
+        return
+    created = characters.fetch(conn, character_id) is None
+    written = characters.update_sheet(svc, character_id, fields, actor="background", name=name)
+    if created:
+        out["drafted"].append(character_id)
+    if written["applied"]:
+        out["updated"][character_id] = written["applied"]
+    if written["refused"]:
+        out["refused"][character_id] = written["refused"]
+
+
+def _apply_updates(svc: Services, conn: Connection, job: queue.Job, result: prompts.SheetProposals,
+           prepared: Any) -> dict[str, Any]:
+    """Write the proposals as a background job's: a newcomer's draft creates the character (its
+    id the slug of its name), an update sets the fields nobody protected; protected fields are
+    refused and listed. Returns {drafted, updated: {id: fields}, refused: {id: fields}, skipped}."""
+    if not chats.memory_enabled(conn, job.chat_id):
+        return {"skipped": "memory is switched off for this chat (RV16)"}
+    out: dict[str, Any] = {"drafted": [], "updated": {}, "refused": {}, "skipped": list(result.dropped)}
+    for draft in result.drafts:
+        character_id, why_not = _draft_target(conn, draft.name)
+        if character_id is None:
+            out["skipped"].append(why_not)
+        else:
+            _write(svc, conn, character_id, draft.fields, draft.name, out)
+    for update in result.updates:
+        _write(svc, conn, update.character_id, update.fields, None, out)
+    return out
+
+
+def register(jobs: JobKinds, hooks: Hooks) -> None:
+    """The session-end sheet jobs. The minimal draft is queued first, so a model's update then
+    fills that sheet in rather than the other way round."""
+    jobs.register(DRAFTS_KIND, _apply_drafts, llm=False)
+    jobs.register(UPDATES_KIND, _apply_updates, build=_build_updates)
+    hooks.session_ended.connect(_queue_drafts)
+    hooks.session_ended.connect(_queue_updates)

@@ -20,13 +20,15 @@ import uuid
 from dataclasses import asdict
 from typing import Any, Iterable, Sequence
 
-from . import chats, deep_memory, messages
-from ..jobs import queue as jobs, prompts
 from ..core import window
-from ..store.db import Connection, dumps, loads
-from ..errors import Conflict, NotFound
 from ..core.quotes import Quote
+from ..errors import Conflict, NotFound
+from ..hooks import Hooks
+from ..jobs import prompts, queue
+from ..jobs.queue import JobKinds
 from ..services import Services
+from ..store.db import Connection, dumps, loads
+from . import chats, deep_memory, messages
 
 TIERS = ("recent", "consolidated", "long_term")
 NEXT_TIER = {"recent": "consolidated", "consolidated": "long_term"}
@@ -151,7 +153,7 @@ def after_write(svc: Services, conn: Connection, chat_id: str, changes: messages
 
 
 def compact(svc: Services, conn: Connection, chat_id: str, turn_id: str | None) -> int:
-    """Chunk the messages that left the live window and are not summarised; queue their jobs.
+    """Chunk the messages that left the live window and are not summarised; queue their queue.
 
     Only whole chunks are made: a remainder waits for the next turn. Returns the jobs queued.
     """
@@ -165,7 +167,7 @@ def compact(svc: Services, conn: Connection, chat_id: str, turn_id: str | None) 
                              (chunk[0]["position"], chunk[0]["seq"]), turn_id)
         conn.executemany("UPDATE messages SET summary_id=? WHERE seq=?",
                          [(summary_id, r["seq"]) for r in chunk])
-        jobs.enqueue(svc, CHUNK, chat_id=chat_id, turn_id=turn_id, ref=summary_id,
+        queue.enqueue(svc, CHUNK, chat_id=chat_id, turn_id=turn_id, ref=summary_id,
                      target={"summary_id": summary_id})
         queued += 1
     if queued:
@@ -189,7 +191,7 @@ def _maybe_merge(svc: Services, conn: Connection, chat_id: str, tier: str, turn_
         parent = _insert(svc, conn, chat_id, NEXT_TIER[tier], [r["id"] for r in rows],
                          (rows[0]["pos_position"], rows[0]["pos_seq"]), turn_id)
         conn.executemany("UPDATE summaries SET parent_id=? WHERE id=?", [(parent, r["id"]) for r in rows])
-        jobs.enqueue(svc, MERGE, chat_id=chat_id, turn_id=turn_id, ref=parent,
+        queue.enqueue(svc, MERGE, chat_id=chat_id, turn_id=turn_id, ref=parent,
                      target={"summary_id": parent})
         queued += 1
 
@@ -199,7 +201,7 @@ def _requeue(svc: Services, conn: Connection, row: Any, turn_id: str | None = No
     if row["edited"]:
         return 0
     kind = CHUNK if row["tier"] == "recent" else MERGE
-    jobs.enqueue(svc, kind, chat_id=row["chat_id"], turn_id=turn_id, ref=row["id"],
+    queue.enqueue(svc, kind, chat_id=row["chat_id"], turn_id=turn_id, ref=row["id"],
                  target={"summary_id": row["id"]})
     return 1
 
@@ -232,11 +234,11 @@ def mark_stale(svc: Services, conn: Connection, chat_id: str, message_ids: Itera
 
 
 # --- the jobs --------------------------------------------------------------------------------
-def _live_target(svc: Services, job: jobs.Job) -> Any:
+def _live_target(svc: Services, job: queue.Job) -> Any:
     return _fetch(svc.db.reader(), job.target["summary_id"])
 
 
-def _build_chunk(svc: Services, job: jobs.Job) -> prompts.Prompt | None:
+def _build_chunk(svc: Services, job: queue.Job) -> prompts.Prompt | None:
     row = _live_target(svc, job)
     if row is None:
         return None
@@ -254,7 +256,7 @@ def _build_chunk(svc: Services, job: jobs.Job) -> prompts.Prompt | None:
                                  max_quotes=int(svc.settings.summary_max_quotes))
 
 
-def _build_merge(svc: Services, job: jobs.Job) -> prompts.Prompt | None:
+def _build_merge(svc: Services, job: queue.Job) -> prompts.Prompt | None:
     row = _live_target(svc, job)
     if row is None:
         return None
@@ -271,7 +273,7 @@ def _build_merge(svc: Services, job: jobs.Job) -> prompts.Prompt | None:
                                    max_quotes=int(svc.settings.summary_max_quotes))
 
 
-def _apply(svc: Services, conn: Connection, job: jobs.Job, result: prompts.Summary,
+def _apply(svc: Services, conn: Connection, job: queue.Job, result: prompts.Summary,
            prepared: Any) -> dict[str, Any]:
     """Store a chunk or merge result; then the tier above is merged or refreshed."""
     row = _fetch(conn, job.target["summary_id"])
@@ -290,8 +292,6 @@ def _apply(svc: Services, conn: Connection, job: jobs.Job, result: prompts.Summa
     return {**out, "dropped_quotes": len(result.dropped_quotes), "jobs_queued": queued}
 
 
-jobs.register(CHUNK, _apply, build=_build_chunk)
-jobs.register(MERGE, _apply, build=_build_merge)
 
 
 # --- a person's edits, rebuild ---------------------------------------------------------------
@@ -318,7 +318,7 @@ def rebuild(svc: Services, chat_id: str) -> dict[str, Any]:
     """Drop every summary of the chat (edits too) and derive them again from the transcript."""
     chats.get(svc, chat_id)
     with svc.db.write() as conn:
-        jobs.cancel(conn, chat_id, [CHUNK, MERGE])
+        queue.cancel(conn, chat_id, [CHUNK, MERGE])
         dropped = conn.execute("DELETE FROM summaries WHERE chat_id=?", (chat_id,)).rowcount
         conn.execute("UPDATE messages SET summary_id=NULL WHERE chat_id=?", (chat_id,))
         queued = compact(svc, conn, chat_id, None)
@@ -330,7 +330,7 @@ def _delete(svc: Services, conn: Connection, row: Any) -> int:
     """Delete one summary: its messages become unsummarised, its children unmerged, and the
     summary above it loses it (and goes too if it covered nothing else). Returns rows deleted."""
     conn.execute("DELETE FROM summaries WHERE id=?", (row["id"],))
-    jobs.cancel(conn, row["chat_id"], [CHUNK, MERGE], row["id"])
+    queue.cancel(conn, row["chat_id"], [CHUNK, MERGE], row["id"])
     conn.execute("UPDATE messages SET summary_id=NULL WHERE summary_id=?", (row["id"],))
     conn.execute("UPDATE summaries SET parent_id=NULL WHERE parent_id=?", (row["id"],))
     deleted = 1
@@ -379,3 +379,9 @@ def rollback_turn(svc: Services, conn: Connection, chat_id: str, turn_id: str) -
 
 def delete_for_chat(conn: Connection, chat_id: str) -> int:
     return conn.execute("DELETE FROM summaries WHERE chat_id=?", (chat_id,)).rowcount
+
+
+def register(jobs: JobKinds, hooks: Hooks) -> None:
+    """The chunk summary and tier merge jobs (RV3)."""
+    jobs.register(CHUNK, _apply, build=_build_chunk)
+    jobs.register(MERGE, _apply, build=_build_merge)

@@ -18,8 +18,20 @@ from typing import Iterator
 import pytest
 
 from tests.e2e.sidecar import Sidecar, sidecar_available
-from tests.e2e.st import (ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, SillyTavernServer, STPage, add_character,
-                          add_group, configure_chronicler, ensure_sillytavern, free_port, prepare_data_root)
+from tests.e2e.st import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    REPO_ROOT,
+    SillyTavernServer,
+    STPage,
+    add_character,
+    add_group,
+    configure_chronicler,
+    ensure_sillytavern,
+    free_port,
+    prepare_data_root,
+)
 from tests.fakellm import FakeLLM
 
 EXTENSION_SRC = REPO_ROOT / "extension"

@@ -14,16 +14,16 @@ import base64
 import contextlib
 import fcntl
 import json
-import struct
-import zlib
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator

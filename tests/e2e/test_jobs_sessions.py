@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import STPage, SillyTavernServer, configure_chronicler, quote_id, save_settings, wait_until
+from tests.e2e.st import SillyTavernServer, STPage, configure_chronicler, quote_id, save_settings, wait_until
 from tests.e2e.test_commands import _run_command
 from tests.fakellm import FakeLLM, default_reply
 

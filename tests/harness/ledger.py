@@ -126,8 +126,9 @@ class Ledger:
 # --- checks of a database file ----------------------------------------------------------------
 def open_db(path: Path) -> Any:
     """A connection with sqlite-vec loaded (the module the server uses), without the server's pragmas."""
-    from server_plugin.store.db import sqlite3
     import sqlite_vec
+
+    from server_plugin.store.db import sqlite3
 
     conn = sqlite3.connect(str(path), isolation_level=None)
     conn.enable_load_extension(True)

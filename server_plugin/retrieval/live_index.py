@@ -1,0 +1,555 @@
+"""The search index in memory: one store's rows, kept current with every committed write.
+
+Each store keeps its rows in memory (`LiveIndex`, docs/search.md section 3): vectors, term
+postings, neighbour links and per-row fields, built from SQLite in a background thread at start-up
+and kept current by reading what changed since the revision it holds (docs.py stamps every write
+with a revision). The catch-up runs after every commit (a listener on the database wakes the
+thread) and again before every query, so a query always sees every committed write — the
+process's own or another's. Edits and deletes leave dead rows behind (masked out at once); once
+they pass `search_rebuild_share` of the rows, a fresh index is built in the background and swapped
+in. The same thread re-embeds rows whose vectors hold character names (a rename, a new alias, or a
+row written before its characters existed).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import sys
+import threading
+import time
+import weakref
+from datetime import date, datetime
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .. import priority
+from ..errors import ServiceUnavailable
+from ..services import Services
+from ..store.db import Database, loads
+from . import docs as index
+from . import ranking as R
+from . import visibility
+
+log = logging.getLogger(__name__)
+
+DIM = 384
+
+
+REEMBED_BATCH = 8  # texts per background embedding call (a query waits at most for one batch)
+
+
+# --- the in-memory index -----------------------------------------------------------------------
+class _Codes:
+    """Small integer codes for repeated values (chats, speakers, sessions, known_by sets)."""
+
+    def __init__(self) -> None:
+        self.code: dict[Any, int] = {}
+        self.values: list[Any] = []
+
+    def __call__(self, value: Any) -> int:
+        if value is None:
+            return -1
+        found = self.code.get(value)
+        if found is None:
+            found = self.code[value] = len(self.values)
+            self.values.append(value)
+        return found
+
+
+class _Postings:
+    """term -> (rows, counts): appended as rows arrive, turned into arrays only when a query uses
+    the term (and again after it changed)."""
+
+    def __init__(self) -> None:
+        self.lists: dict[str, tuple[list[int], list[float]]] = {}
+        self.arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def add(self, row: int, counts: dict[str, float]) -> None:
+        for term, tf in counts.items():
+            entry = self.lists.get(term)
+            if entry is None:
+                entry = self.lists[term] = ([], [])
+            entry[0].append(row)
+            entry[1].append(float(tf))
+            self.arrays.pop(term, None)
+
+    def get(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        found = self.arrays.get(term)
+        if found is None:
+            entry = self.lists.get(term)
+            if entry is None:
+                return None
+            found = self.arrays[term] = (np.asarray(entry[0], dtype=np.int64),
+                                         np.asarray(entry[1], dtype=np.float64))
+        return found
+
+
+_COLUMNS = ("id, kind, chat_id, character_id, known_by, session_key, position, created_at, importance,"
+            " content_len, cues, terms, passages, cast_version")
+
+
+# Per-row arrays and their fill values (vectors and neighbour links are kept apart).
+_FIELDS = {"doc_id": (np.int64, -1), "alive": (bool, False), "kind": (np.int32, -1),
+           "chat": (np.int32, -1), "owner": (np.int64, -1), "known": (np.int32, -1),
+           "gid": (np.int64, -1), "pos": (np.float64, np.nan), "day": (np.float64, np.nan),
+           "ts": (np.float64, 0.0), "importance": (np.float64, 3.0), "content_len": (np.float64, 0.0),
+           "cues": (np.float64, 0.0), "doc_len": (np.float64, 0.0), "win1": (np.float64, 1.0),
+           "win2": (np.float64, 1.0)}
+
+
+def _day_and_ts(created_at: str | None) -> tuple[float, float]:
+    try:
+        moment = datetime.fromisoformat((created_at or "").replace("Z", "+00:00"))
+    except ValueError:
+        return np.nan, 0.0
+    return float(date(moment.year, moment.month, moment.day).toordinal()), moment.timestamp()
+
+
+class LiveIndex:
+    """One store's searchable rows in memory, aligned by row (see the module docstring).
+
+    Rows are only ever appended; an edited item's old row dies (`alive` False) and its new version
+    is appended. Messages of one session are linked to their ±1/±2 neighbours (`nbr`, columns
+    previous-1, next-1, previous-2, next-2, as `ranking.neighbour_index`).
+    """
+
+    def __init__(self, window_weights: Sequence[float] = (1.0, 0.6), capacity: int = 1024) -> None:
+        self.window_weights = tuple(window_weights)
+        self.n = 0
+        self.dead = 0
+        self.rev = 0
+        self.cast_version = 0
+        self.stale_cast = False  # some row's vector may hold names of the current cast
+        self.cap = capacity
+        self.a = {name: np.full(capacity, fill, dtype=dtype) for name, (dtype, fill) in _FIELDS.items()}
+        self.vectors = np.zeros((capacity, DIM), dtype=np.float32)
+        self.nbr = np.full((capacity, 4), -1, dtype=np.int64)
+        self.pvec = np.zeros((max(16, capacity // 2), DIM), dtype=np.float32)
+        self.powner = np.zeros(len(self.pvec), dtype=np.int64)
+        self.pn = 0
+        self.postings = _Postings()
+        # BM25's neighbour-spread postings per term (ranking.TermIndex.spread_cache); a term is
+        # dropped when a row holding it is added or gets new neighbours, so it is never stale.
+        self.spread_cache: dict[str, Any] = {}
+        self.row_terms: list[tuple[str, ...]] = []
+        self.row_of: dict[int, int] = {}
+        self.groups: dict[int, list[tuple[float, int, int]]] = {}  # gid -> sorted (pos, doc id, row)
+        self.kinds, self.chats, self.owners = _Codes(), _Codes(), _Codes()
+        self.known_sets, self.sessions = _Codes(), _Codes()
+
+    # -- growing ---------------------------------------------------------------------------------
+    def _reserve(self, rows: int, passages: int) -> None:
+        if self.n + rows > self.cap:
+            cap = max(self.cap * 2, self.n + rows)
+            for name, (dtype, fill) in _FIELDS.items():
+                grown = np.full(cap, fill, dtype=dtype)
+                grown[: self.n] = self.a[name][: self.n]
+                self.a[name] = grown
+            self.vectors = np.concatenate([self.vectors[: self.n], np.zeros((cap - self.n, DIM), np.float32)])
+            self.nbr = np.concatenate([self.nbr[: self.n], np.full((cap - self.n, 4), -1, np.int64)])
+            self.cap = cap
+        if self.pn + passages > len(self.pvec):
+            cap = max(len(self.pvec) * 2, self.pn + passages)
+            self.pvec = np.concatenate([self.pvec[: self.pn], np.zeros((cap - self.pn, DIM), np.float32)])
+            self.powner = np.concatenate([self.powner[: self.pn], np.zeros(cap - self.pn, np.int64)])
+
+    # -- rows ------------------------------------------------------------------------------------
+    def append(self, row: Any, vector: np.ndarray, passages: Sequence[np.ndarray], link: bool = True) -> int:
+        """Add one docs row (with its vector and passage vectors); returns its row number."""
+        self._reserve(1, len(passages))
+        i, a = self.n, self.a
+        self.n += 1
+        day, ts = _day_and_ts(row["created_at"])
+        known = loads(row["known_by"])
+        a["doc_id"][i] = row["id"]
+        a["alive"][i] = True
+        a["kind"][i] = self.kinds(row["kind"])
+        a["chat"][i] = self.chats(row["chat_id"])
+        a["owner"][i] = self.owners(row["character_id"])
+        a["known"][i] = self.known_sets(None if known is None else frozenset(known))
+        a["gid"][i] = self.sessions(row["session_key"])
+        a["pos"][i] = np.nan if row["position"] is None else float(row["position"])
+        a["day"][i], a["ts"][i] = day, ts
+        a["importance"][i] = 3.0 if row["importance"] is None else float(row["importance"])
+        a["content_len"][i] = float(row["content_len"])
+        a["cues"][i] = float(row["cues"])
+        terms = json.loads(row["terms"])
+        a["doc_len"][i] = float(sum(terms.values()))
+        self.postings.add(i, terms)
+        self.row_terms.append(tuple(map(sys.intern, terms)))  # one copy of each word
+        self._forget_spread(i)
+        self.vectors[i] = vector
+        for p in passages:
+            self.pvec[self.pn] = p
+            self.powner[self.pn] = i
+            self.pn += 1
+        self.row_of[int(row["id"])] = i
+        if row["cast_version"] != self.cast_version:
+            self.stale_cast = True
+        gid = int(a["gid"][i])
+        if gid >= 0:
+            members = self.groups.setdefault(gid, [])
+            key = (a["pos"][i] if np.isfinite(a["pos"][i]) else float("inf"), int(row["id"]), i)
+            at = bisect.bisect(members, key)
+            members.insert(at, key)
+            if link:
+                self._relink(members, at - 2, at + 3)
+        return i
+
+    def kill(self, doc_id: int) -> None:
+        """The row of a deleted (or replaced) doc dies: masked out, unlinked from its neighbours."""
+        i = self.row_of.pop(int(doc_id), None)
+        if i is None:
+            return
+        self.a["alive"][i] = False
+        self.dead += 1
+        gid = int(self.a["gid"][i])
+        members = self.groups.get(gid)
+        if members:
+            at = next(j for j, m in enumerate(members) if m[2] == i)
+            members.pop(at)
+            self._relink(members, at - 2, at + 2)
+        self.nbr[i] = -1
+        self._forget_spread(i)
+
+    def _forget_spread(self, row: int) -> None:
+        for term in self.row_terms[row]:
+            self.spread_cache.pop(term, None)
+
+    def _relink(self, members: list[tuple[float, int, int]], lo: int, hi: int) -> None:
+        """Neighbour links and window norms of members[lo:hi] (after an insert or removal)."""
+        count = len(members)
+        for j in range(max(lo, 0), min(hi, count)):
+            row = members[j][2]
+            self.nbr[row] = [members[j - 1][2] if j >= 1 else -1, members[j + 1][2] if j + 1 < count else -1,
+                             members[j - 2][2] if j >= 2 else -1, members[j + 2][2] if j + 2 < count else -1]
+            self._norms(np.array([row]))
+            self._forget_spread(row)
+
+    def _norms(self, rows: np.ndarray) -> None:
+        w1, w2 = (list(self.window_weights) + [0.0, 0.0])[:2]
+        nbr = self.nbr[rows]
+        total = self.vectors[rows].astype(np.float64)
+        for col, w in ((0, w1), (1, w1), (2, w2), (3, w2)):
+            has = nbr[:, col] >= 0
+            total[has] += w * self.vectors[nbr[has, col]]
+            if col == 1:
+                self.a["win1"][rows] = np.maximum(np.linalg.norm(total, axis=1), 1e-12)
+        self.a["win2"][rows] = np.maximum(np.linalg.norm(total, axis=1), 1e-12)
+
+    def link_all(self) -> None:
+        """Neighbour links and window norms of every row at once (after a bulk load)."""
+        n = self.n
+        pos = np.where(np.isfinite(self.a["pos"][:n]), self.a["pos"][:n], np.inf)
+        gid = np.where(self.a["alive"][:n], self.a["gid"][:n], -1)
+        self.nbr[:n] = R.neighbour_index(gid, pos, radius=2)
+        self.spread_cache.clear()
+        if n:
+            self._norms(np.arange(n))
+
+    def set_window_weights(self, weights: Sequence[float]) -> None:
+        if tuple(weights) != self.window_weights:
+            self.window_weights = tuple(weights)
+            if self.n:
+                self._norms(np.arange(self.n))
+
+    # -- reading ---------------------------------------------------------------------------------
+    def corpus(self) -> R.Corpus:
+        """A ranking view of the rows (no copies)."""
+        n, a = self.n, self.a
+        return R.Corpus(
+            ids=a["doc_id"][:n], terms=R.TermIndex(self.postings, a["doc_len"][:n], n,  # type: ignore[arg-type]
+                                                   self.spread_cache),
+            vectors=self.vectors[:n], gids=a["gid"][:n], speakers=(), neighbours=self.nbr[:n],
+            win1_norm=a["win1"][:n], win2_norm=a["win2"][:n],
+            sent_vectors=self.pvec[: self.pn] if self.pn else None,
+            sent_owner=self.powner[: self.pn] if self.pn else None,
+            temporal=a["cues"][:n], content_len=a["content_len"][:n], days=a["day"][:n],
+            timestamps=a["ts"][:n], importance=a["importance"][:n],
+            speaker_codes=a["owner"][:n], speaker_table=self.owners.code)
+
+    def candidates(self, viewer_id: str | None, scopes: Iterable[str], chat_id: str | None,
+                   kinds: Sequence[str] | None) -> np.ndarray:
+        """Live rows of the kinds and chat asked for that the viewer may know (visibility.py)."""
+        n, a = self.n, self.a
+        mask = a["alive"][:n].copy()
+        if kinds is not None:
+            codes = [self.kinds.code[k] for k in kinds if k in self.kinds.code]
+            mask &= np.isin(a["kind"][:n], codes)
+        if chat_id is not None:
+            code = self.chats.code.get(chat_id, -2)
+            mask &= (a["chat"][:n] == code) | (a["chat"][:n] == -1)
+        if viewer_id is not None:
+            scoped_codes = [self.kinds.code[k] for k in visibility.SCOPED_KINDS if k in self.kinds.code]
+            mask &= visibility.row_mask(
+                viewer_id, known_sets=self.known_sets.values, known_codes=a["known"][:n],
+                scoped=np.isin(a["kind"][:n], scoped_codes), owners=self.owners.values,
+                owner_codes=a["owner"][:n], scopes=frozenset(scopes))
+        return mask
+
+
+# --- loading from the store --------------------------------------------------------------------
+def _vectors(conn: Any, table: str, rowids: Sequence[int] | None) -> dict[int, np.ndarray]:
+    if rowids is None:
+        rows = conn.execute(f"SELECT rowid, embedding FROM {table}").fetchall()
+    else:
+        rows = []
+        for start in range(0, len(rowids), 500):
+            chunk = list(rowids[start:start + 500])
+            if chunk:
+                rows += conn.execute(f"SELECT rowid, embedding FROM {table} WHERE rowid IN"
+                                     f" ({','.join('?' * len(chunk))})", chunk).fetchall()
+    return {int(r[0]): np.frombuffer(r[1], dtype=np.float32) for r in rows}
+
+
+def _passage_ids(rows: Sequence[Any]) -> list[int]:
+    return [int(r["id"]) * index.MAX_PASSAGES + j for r in rows for j in range(r["passages"])]
+
+
+def _add_rows(live: LiveIndex, rows: Sequence[Any], vecs: dict[int, np.ndarray],
+              pvecs: dict[int, np.ndarray], link: bool) -> None:
+    for r in rows:
+        doc_id = int(r["id"])
+        vector = vecs.get(doc_id)
+        if vector is None:  # cannot happen (same transaction); never rank a row without one
+            log.error("search: doc %s has no vector; skipped", doc_id)
+            continue
+        passages = [pvecs[p] for p in (doc_id * index.MAX_PASSAGES + j for j in range(r["passages"]))
+                    if p in pvecs]
+        live.append(r, vector, passages, link=link)
+
+
+def build(db: Database, window_weights: Sequence[float]) -> LiveIndex:
+    """A fresh LiveIndex of every docs row, from one consistent snapshot."""
+    live = LiveIndex(window_weights)
+    with db.read() as conn:
+        live.rev = index.revision(conn)
+        live.cast_version = index.cast_version(conn)
+        rows = conn.execute(f"SELECT {_COLUMNS} FROM docs ORDER BY id").fetchall()
+        vecs = _vectors(conn, "docs_vec", None)
+        pvecs = _vectors(conn, "docs_passages", None) if any(r["passages"] for r in rows) else {}
+    live._reserve(len(rows), len(pvecs))
+    _add_rows(live, rows, vecs, pvecs, link=False)
+    live.link_all()
+    return live
+
+
+def catch_up(live: LiveIndex, db: Database, limit: int | None = None) -> bool:
+    """Apply every write committed since `live.rev`. False (nothing applied) when the gap is too
+    large to patch — more than `limit` changed rows, or deletions no longer recorded: rebuild."""
+    with db.read() as conn:
+        rev = index.revision(conn)
+        version = index.cast_version(conn)
+        if rev == live.rev and version == live.cast_version:
+            return True
+        floor = conn.execute("SELECT value FROM search_meta WHERE key='docs_gone_floor'").fetchone()[0]
+        if live.rev < floor:
+            return False
+        gone = [r[0] for r in conn.execute("SELECT id FROM docs_gone WHERE rev > ?", (live.rev,))]
+        rows = conn.execute(f"SELECT {_COLUMNS} FROM docs WHERE rev > ? ORDER BY rev", (live.rev,)).fetchall()
+        if limit is not None and len(rows) + len(gone) > limit:
+            return False
+        vecs = _vectors(conn, "docs_vec", [int(r["id"]) for r in rows])
+        pvecs = _vectors(conn, "docs_passages", _passage_ids(rows))
+    if version != live.cast_version:
+        live.cast_version, live.stale_cast = version, True
+    for doc_id in gone:
+        live.kill(doc_id)
+    for r in rows:
+        live.kill(int(r["id"]))
+    _add_rows(live, rows, vecs, pvecs, link=True)
+    live.rev = rev
+    return True
+
+
+# --- one store's search state ------------------------------------------------------------------
+class SearchState:
+    """The LiveIndex of one store, its lock, and the background thread that keeps it current."""
+
+    def __init__(self, svc: Services) -> None:
+        self.svc = svc
+        self.lock = threading.Lock()
+        self._load_lock = threading.Lock()
+        self.live: LiveIndex | None = None
+        self.ready = threading.Event()
+        self.wake = threading.Event()
+        self.error: str | None = None
+        self.build_seconds: float | None = None
+        self.thread: threading.Thread | None = None
+        self.stopping = False
+
+    # -- keeping current -------------------------------------------------------------------------
+    def _weights(self) -> tuple[float, float]:
+        s = self.svc.settings
+        return (float(s.search_window_w1), float(s.search_window_w2))
+
+    def load(self) -> None:
+        """Build the index (at start-up, or on the first query without a background thread)."""
+        started = time.perf_counter()
+        try:
+            fresh = build(self.svc.db, self._weights())
+            with self.lock:
+                self.live = fresh
+                catch_up(fresh, self.svc.db)
+        except Exception as exc:  # reported by health and by every search
+            self.error = f"{type(exc).__name__}: {exc}"
+            log.exception("search: building the index failed")
+        finally:
+            self.build_seconds = time.perf_counter() - started
+            self.ready.set()
+
+    def ensure_loaded(self, timeout: float) -> None:
+        """Wait for the background build, or build here when no thread was started."""
+        if self.thread is None:
+            with self._load_lock:
+                if not self.ready.is_set():
+                    self.load()
+        if not self.ready.wait(timeout):
+            raise ServiceUnavailable("search_not_ready", "the search index is still loading; try again shortly")
+
+    def current(self) -> LiveIndex:
+        """The index, caught up with every committed write (call with `self.lock` held)."""
+        live = self.live
+        if live is None:
+            raise ServiceUnavailable("search_not_ready", self.error or "the search index is still loading")
+        live.set_window_weights(self._weights())
+        limit = max(2000, live.n // 4)
+        if not catch_up(live, self.svc.db, limit):
+            self.live = live = build(self.svc.db, self._weights())
+            catch_up(live, self.svc.db)
+        return live
+
+    def maintain(self) -> None:
+        """Background work after a commit: catch up, rebuild when many rows died, re-embed stale names."""
+        if self.live is None:
+            return
+        with self.lock:
+            live = self.current()
+            rebuild = live.n and live.dead / live.n > float(self.svc.settings.search_rebuild_share)
+        if rebuild:
+            fresh = build(self.svc.db, self._weights())
+            with self.lock:
+                catch_up(fresh, self.svc.db)
+                self.live = fresh
+            self._prune_gone(fresh.rev)
+        if self.live is not None and self.live.stale_cast:
+            self.reembed()
+
+    def _prune_gone(self, rev: int) -> None:
+        """Deletions this index has applied need not be kept (another process behind this
+        revision rebuilds instead)."""
+        with self.svc.db.write() as conn:
+            conn.execute("DELETE FROM docs_gone WHERE rev <= ?", (rev,))
+            conn.execute("UPDATE search_meta SET value = max(value, ?) WHERE key='docs_gone_floor'", (rev,))
+
+    def reembed(self) -> int:
+        """Vectors embedded with names of an older cast (or none): replace those whose text, with
+        the current names taken out, differs from what was embedded. Returns how many."""
+        db, done = self.svc.db, 0
+        while not self.stopping:
+            version, cast = index.store_cast(db)
+            rows = db.reader().execute(
+                "SELECT id, text, dense_hash, rev FROM docs WHERE cast_version != ? LIMIT ?",
+                (version, REEMBED_BATCH * 8)).fetchall()
+            if not rows:
+                break
+            same = [r["id"] for r in rows
+                    if r["dense_hash"] == index.dense_hash(R.dense_text(r["text"], cast))]
+            changed = [r for r in rows if r["id"] not in set(same)]
+            with db.write() as conn:
+                index.mark_cast(conn, same, version)
+            for start in range(0, len(changed), REEMBED_BATCH):
+                if self.stopping:
+                    return done
+                batch = changed[start:start + REEMBED_BATCH]
+                prepared = index.prepare(self.svc, [r["text"] for r in batch])
+                with db.write() as conn:
+                    for r, p in zip(batch, prepared):
+                        if p.cast_version != version or not index.replace_vectors(conn, r["id"], r["rev"], p):
+                            # changed meanwhile: its own write re-prepared it, or the cast moved on
+                            conn.execute("UPDATE docs SET cast_version=? WHERE id=? AND rev=?",
+                                         (p.cast_version, r["id"], r["rev"]))
+                        done += 1
+        with self.lock:
+            if self.live is not None:
+                self.live.stale_cast = False
+        return done
+
+
+def _loop(ref: "weakref.ref[SearchState]") -> None:
+    with priority.background():  # re-embedding after a rename yields to requests
+        _maintain_until_closed(ref)
+
+
+def _maintain_until_closed(ref: "weakref.ref[SearchState]") -> None:
+    state = ref()
+    if state is None or state.stopping:
+        return
+    state.load()
+    wake = state.wake
+    state = None
+    while True:
+        woke = wake.wait(timeout=2.0)
+        state = ref()
+        if state is None or state.stopping:  # the store is closing, or its services are gone
+            return
+        if woke:
+            wake.clear()
+            try:
+                state.maintain()
+            except Exception:  # never kill the thread; the next query catches up itself
+                log.exception("search: background maintenance failed")
+        state = None
+
+
+def state_of(svc: Services) -> SearchState:
+    """The store's search state (created on first use; without `start` it loads on first query)."""
+    return svc.cached("search_state", None, lambda: SearchState(svc))
+
+
+def start(svc: Services) -> SearchState:
+    """Build the index in a background thread and keep it current after every commit."""
+    state = state_of(svc)
+    if state.thread is None:
+        ref = weakref.ref(state)
+        svc.db.on_commit(lambda: _wake(ref))
+        svc.db.on_close(lambda: _stop(ref))
+        state.thread = threading.Thread(target=_loop, args=(ref,), name="search-index", daemon=True)
+        state.thread.start()
+    return state
+
+
+def _wake(ref: "weakref.ref[SearchState]") -> None:
+    state = ref()
+    if state is not None:
+        state.wake.set()
+
+
+def stop(svc: Services) -> None:
+    """Stop the background thread (searches still catch up themselves); tests use it to run the
+    background passes (`maintain`, `reembed`) by hand."""
+    state = state_of(svc)
+    _stop(weakref.ref(state))
+    state.stopping = False  # the thread has left; passes called by hand run in full
+
+
+def _stop(ref: "weakref.ref[SearchState]", timeout: float = 30.0) -> None:
+    """The store is closing: let the thread finish what it is doing and leave."""
+    state = ref()
+    if state is not None and state.thread is not None:
+        state.stopping = True
+        state.wake.set()
+        if state.thread is not threading.current_thread():
+            state.thread.join(timeout)
+
+
+def status(svc: Services) -> dict[str, Any]:
+    """For /v1/health: whether the index is built, its size and how long the build took."""
+    state = state_of(svc)
+    live = state.live
+    return {"ready": state.ready.is_set() and state.error is None, "error": state.error,
+            "rows": 0 if live is None else live.n - live.dead,
+            "build_seconds": state.build_seconds}

@@ -1,0 +1,390 @@
+"""Scoring (SW6): BM25 over an in-memory term index with neighbour context, z-score fusion of
+the channels, the priors, and `rank` / `top_k`. Pure numpy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .dates import date_prior, query_dates
+from .text import Cast, analyze, is_temporal_query, rewrite_query
+from .windows import columns, neighbour_sum, window_scores
+
+# ---------------------------------------------------------------------------------------------
+# BM25 from term statistics
+
+
+@dataclass
+class TermIndex:
+    """Postings of the items' own term counts: term -> (row indices, term frequencies).
+
+    Only each item's own counts are stored; `bm25` adds the neighbours' counts at query time
+    through the neighbour table, so that a new message changes no earlier row. Document
+    frequencies come from the own counts (context does not dilute a term's rarity).
+    """
+
+    postings: dict[str, tuple[np.ndarray, np.ndarray]]
+    doc_len: np.ndarray
+    n_docs: int
+    # term -> (neighbour columns, rows, counts with the neighbours' added): filled by `bm25`;
+    # its owner drops a term when a row holding it gets new neighbours (search.LiveIndex).
+    spread_cache: dict[str, tuple[Any, np.ndarray, np.ndarray]] | None = None
+
+    @classmethod
+    def build(cls, counts: Sequence[Mapping[str, float]]) -> "TermIndex":
+        """Index `counts`, one mapping of term -> count per row."""
+        lists: dict[str, tuple[list[int], list[float]]] = {}
+        for i, c in enumerate(counts):
+            for term, tf in c.items():
+                ix, tfs = lists.setdefault(term, ([], []))
+                ix.append(i)
+                tfs.append(float(tf))
+        postings = {
+            t: (np.asarray(ix, dtype=np.int64), np.asarray(tf, dtype=np.float64))
+            for t, (ix, tf) in lists.items()
+        }
+        doc_len = np.array([float(sum(c.values())) for c in counts], dtype=np.float64)
+        return cls(postings, doc_len, len(counts))
+
+
+def idf(doc_freq: float, n_docs: float) -> float:
+    """Okapi BM25 idf with the +1 that keeps it positive (Lucene's form)."""
+    return float(np.log(1.0 + (n_docs - doc_freq + 0.5) / (doc_freq + 0.5)))
+
+
+def bm25(
+    index: TermIndex,
+    query: Mapping[str, float],
+    *,
+    k1: float = 1.2,
+    b: float = 0.75,
+    bigram_weight: float = 1.0,
+    mask: np.ndarray | None = None,
+    neighbours: np.ndarray | None = None,
+    neighbour_weights: Sequence[float] = (),
+) -> np.ndarray:
+    """Okapi BM25 score of every row for the query term counts `query`.
+
+    With `neighbours` (see `neighbour_index`), a row's term frequencies and length are its own
+    plus its session neighbours' at `neighbour_weights` ("neighbour context"). With `mask`, the
+    collection statistics (row count, mean length, document frequencies) are those of the
+    candidates alone: a row the viewer may not see changes no score.
+    """
+    n = index.n_docs
+    scores = np.zeros(n, dtype=np.float64)
+    if n == 0:
+        return scores
+    cols = []
+    if neighbours is not None and neighbour_weights:
+        cols = columns(min(len(neighbour_weights), neighbours.shape[1] // 2), neighbour_weights)
+    dl = index.doc_len if not cols else neighbour_sum(index.doc_len, neighbours, neighbour_weights)
+    if mask is None:
+        n_docs, avgdl = float(n), float(dl.mean())
+    else:
+        n_docs = float(mask.sum())
+        avgdl = float(dl[mask].mean()) if n_docs else 1.0
+    norm = k1 * (1.0 - b + b * dl / (avgdl or 1.0))
+    for term, qtf in query.items():
+        post = index.postings.get(term)
+        if post is None:
+            continue
+        ix, tf = post
+        df = len(ix) if mask is None else int(mask[ix].sum())
+        weight = qtf * idf(df, n_docs) * (bigram_weight if "_" in term else 1.0)
+        if cols:
+            ix, tf = _spread_cached(index, term, ix, tf, neighbours, cols)  # type: ignore[arg-type]
+        scores[ix] += weight * tf * (k1 + 1.0) / (tf + norm[ix])
+    return scores
+
+
+def spread(ix: np.ndarray, tf: np.ndarray, neighbours: np.ndarray,
+           cols: Sequence[tuple[int, float]], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A term's rows and counts with each holder's count added to its neighbours at their weight."""
+    # Scatter each holder's count to the rows that have it as a neighbour: the row whose
+    # previous-d is j is j's next-d (column c ^ 1), so each column is a plain gather.
+    acc = np.zeros(n, dtype=np.float64)
+    acc[ix] = tf
+    for col, w in cols:
+        recv = neighbours[ix, col ^ 1]
+        ok = recv >= 0
+        acc[recv[ok]] += w * tf[ok]
+    rows = np.flatnonzero(acc)
+    return rows, acc[rows]
+
+
+def _spread_cached(index: TermIndex, term: str, ix: np.ndarray, tf: np.ndarray,
+                   neighbours: np.ndarray, cols: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """`spread`, kept per term in the index's cache: common words of a long action have
+    thousands of rows, and spreading them is most of a query's BM25 time."""
+    cache = index.spread_cache
+    if cache is None:
+        return spread(ix, tf, neighbours, cols, index.n_docs)
+    key = tuple(cols)
+    found = cache.get(term)
+    if found is not None and found[0] == key:
+        return found[1], found[2]
+    rows, counts = spread(ix, tf, neighbours, cols, index.n_docs)
+    if len(cache) >= SPREAD_CACHE_TERMS:
+        cache.clear()  # a bound, not an LRU: refilling costs one query's worth of spreading
+    cache[term] = (key, rows, counts)
+    return rows, counts
+
+
+SPREAD_CACHE_TERMS = 20_000
+
+
+# ---------------------------------------------------------------------------------------------
+# Fusion
+
+
+def zscore(x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """(x - mean) / std over the candidates in `mask`; zeros where the spread is nil."""
+    sel = x if mask is None else x[mask]
+    if sel.size == 0:
+        return np.zeros(len(x), dtype=np.float64)
+    sd = float(sel.std())
+    if sd < 1e-12:
+        return np.zeros(len(x), dtype=np.float64)
+    return (x - float(sel.mean())) / sd
+
+
+def fuse(
+    channels: Mapping[str, np.ndarray],
+    weights: Mapping[str, float],
+    mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """Weighted sum of each channel's z-scores over the candidates (weight-0 channels skipped)."""
+    n = len(next(iter(channels.values()))) if channels else 0
+    total = np.zeros(n, dtype=np.float64)
+    for name, scores in channels.items():
+        w = weights.get(name, 0.0)
+        if w:
+            total += w * zscore(scores, mask)
+    return total
+
+
+def group_max(scores: np.ndarray, gids: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """For each item, the best candidate score of its group (its own score if ungrouped)."""
+    out = scores.astype(np.float64, copy=True)
+    inside = gids >= 0
+    pool = inside if mask is None else inside & mask
+    if not pool.any():
+        return out
+    best = np.full(int(gids.max()) + 1, -np.inf)
+    np.maximum.at(best, gids[pool], scores[pool])
+    grouped = np.where(inside)[0]
+    vals = best[gids[grouped]]
+    out[grouped] = np.where(np.isfinite(vals), vals, scores[grouped])
+    return out
+
+
+def segment_max(values: np.ndarray, owners: np.ndarray, n_items: int, fill: np.ndarray) -> np.ndarray:
+    """Max of `values` per owning item (best passage per item); `fill` where an item has none."""
+    out = np.full(n_items, -np.inf)
+    if len(values):
+        np.maximum.at(out, owners, values)
+    return np.where(np.isfinite(out), out, fill)
+
+
+# ---------------------------------------------------------------------------------------------
+# The ranker
+
+
+@dataclass(frozen=True)
+class RankingParams:
+    """Every weight of the ranker; each becomes a setting `search_<name>`.
+
+    Defaults were tuned on 4 LoCoMo conversations and checked on the other 6 (docs/search.md).
+    Weights of channels are in z units; priors add to the fused z-score.
+    """
+
+    k1: float = 1.5  # BM25 term saturation
+    b: float = 0.94  # BM25 length normalisation
+    bigrams: bool = False  # adjacent-stem bigrams in BM25 terms (flat on LoCoMo; doubles postings)
+    bigram_weight: float = 1.0
+    neighbour_weights: tuple[float, ...] = (0.9, 0.5)  # BM25 counts of ±1, ±2 session neighbours
+    passage_min_words: int = 16  # write time: passages (best-passage vectors) of at least this
+    window_weights: tuple[float, ...] = (1.0, 0.6)  # vectors of ±1, ±2 neighbours in windows
+    w_bm25: float = 0.75
+    w_dense: float = 0.45  # the item's own vector
+    w_dense_win1: float = 0.2  # ±1 window vector
+    w_dense_win2: float = 0.225  # ±2 window vector
+    w_dense_sent: float = 0.3  # best passage of multi-passage items (see `chunks`)
+    w_speaker: float = 3.75  # messages by a character the query names
+    w_session: float = 0.15  # best fused score in the item's session
+    w_temporal: float = 2.0  # time expressions, for "when" questions
+    w_length: float = 0.45  # log content length (substantive messages over "ok!")
+    w_date: float = 2.5  # item dated in/just after a date the query names
+    date_after_days: float = 14.0
+    date_tau_days: float = 7.0
+    w_recency: float = 0.0  # newer items (z of timestamp); flat on LoCoMo
+    w_importance: float = 0.0  # importance 1-5 of memories; no labels in LoCoMo
+    query_person: str = "first_person"  # dense query: "first_person" or "strip"
+
+    def channel_weights(self) -> dict[str, float]:
+        return {
+            "bm25": self.w_bm25,
+            "dense": self.w_dense,
+            "dense_win1": self.w_dense_win1,
+            "dense_win2": self.w_dense_win2,
+            "dense_sent": self.w_dense_sent,
+        }
+
+
+@dataclass
+class Corpus:
+    """What search keeps in memory for one store: per-item arrays, aligned by row.
+
+    `gids` holds each message's session group (see `group_ids`; -1 for memories, lore,
+    summaries) and `neighbours` its session neighbours (`neighbour_index`); rows may come in any
+    order. `vectors` are L2-normalised rows of `dense_text`;
+    `win1_norm`/`win2_norm` come from `window_norms` (None skips the channel), or `win_vectors`
+    holds embedded window texts (the costlier variant, kept for measurement); `sent_vectors` and
+    `sent_owner` hold the passage vectors of multi-passage items (`chunks`) and their rows.
+    """
+
+    ids: list[str]
+    terms: TermIndex
+    vectors: np.ndarray
+    gids: np.ndarray
+    speakers: Sequence[str | None]
+    neighbours: np.ndarray | None = None  # neighbour_index(gids, positions)
+    win1_norm: np.ndarray | None = None  # window_norms(vectors, neighbours, 1, window_weights)
+    win2_norm: np.ndarray | None = None  # window_norms(vectors, neighbours, 2, window_weights)
+    win_vectors: tuple[np.ndarray, np.ndarray] | None = None  # embedded ±1/±2 window texts instead
+    sent_vectors: np.ndarray | None = None
+    sent_owner: np.ndarray | None = None
+    temporal: np.ndarray | None = None  # temporal_cues per item
+    content_len: np.ndarray | None = None  # content words of the item's own text
+    days: np.ndarray | None = None  # date ordinal per item (NaN when undated)
+    timestamps: np.ndarray | None = None  # seconds, for the recency prior
+    importance: np.ndarray | None = None  # 1..5, for the importance prior
+    # Speakers as integer codes (-1: none) and the code of each speaker id. A store that keeps
+    # them up to date passes them in; otherwise they are built from `speakers` on first use.
+    speaker_codes: np.ndarray | None = None
+    speaker_table: Mapping[str, int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def speaker_mask(self, named: Sequence[str]) -> np.ndarray:
+        """Rows spoken by any of `named` (speaker codes are built once, then reused)."""
+        if self.speaker_codes is None or self.speaker_table is None:
+            table: dict[str, int] = {}
+            self.speaker_codes = np.array(
+                [-1 if s is None else table.setdefault(s, len(table)) for s in self.speakers],
+                dtype=np.int64)
+            self.speaker_table = table
+        codes, table = self.speaker_codes, self.speaker_table
+        wanted = [table[n] for n in named if n in table]
+        return np.isin(codes, wanted) if wanted else np.zeros(len(codes), dtype=bool)
+
+
+@dataclass(frozen=True)
+class Query:
+    """A query prepared once: BM25 terms, the dense vector, what it names."""
+
+    text: str
+    terms: Mapping[str, float]
+    vector: np.ndarray
+    named: tuple[str, ...] = ()  # character ids the query names
+    temporal: bool = False  # asks "when"
+    dates: tuple[tuple[int, int], ...] = ()  # calendar spans it names
+
+
+def dense_query_text(text: str, cast: Cast, params: RankingParams = RankingParams()) -> str:
+    """The text to embed for the dense side of `text` (names handled per `query_person`)."""
+    return rewrite_query(text, cast, params.query_person)
+
+
+def prepare_query(
+    text: str, cast: Cast, vector: np.ndarray, params: RankingParams = RankingParams()
+) -> Query:
+    """Everything `rank` needs from a query, given the embedding of `dense_query_text(text)`."""
+    return Query(
+        text=text,
+        terms=analyze(text, bigrams=params.bigrams),
+        vector=np.asarray(vector, dtype=np.float32),
+        named=tuple(cast.mentioned(text)),
+        temporal=is_temporal_query(text),
+        dates=tuple(query_dates(text)),
+    )
+
+
+def channel_scores(
+    corpus: Corpus, query: Query, params: RankingParams, mask: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """Raw scores of every item per channel (channels with weight 0 are not computed)."""
+    out: dict[str, np.ndarray] = {}
+    if params.w_bm25:
+        out["bm25"] = bm25(
+            corpus.terms, query.terms, k1=params.k1, b=params.b,
+            bigram_weight=params.bigram_weight, mask=mask,
+            neighbours=corpus.neighbours, neighbour_weights=params.neighbour_weights,
+        )
+    base = corpus.vectors @ query.vector
+    out["dense"] = base
+    if corpus.win_vectors is not None:
+        if params.w_dense_win1:
+            out["dense_win1"] = corpus.win_vectors[0] @ query.vector
+        if params.w_dense_win2:
+            out["dense_win2"] = corpus.win_vectors[1] @ query.vector
+    else:
+        nbr = corpus.neighbours
+        if params.w_dense_win1 and corpus.win1_norm is not None and nbr is not None:
+            out["dense_win1"] = window_scores(base, nbr, 1, corpus.win1_norm, params.window_weights)
+        if params.w_dense_win2 and corpus.win2_norm is not None and nbr is not None:
+            out["dense_win2"] = window_scores(base, nbr, 2, corpus.win2_norm, params.window_weights)
+    if params.w_dense_sent and corpus.sent_vectors is not None and len(corpus.sent_vectors):
+        sims = corpus.sent_vectors @ query.vector
+        out["dense_sent"] = np.maximum(base, segment_max(sims, corpus.sent_owner, len(corpus), base))
+    return out
+
+
+def rank(
+    corpus: Corpus,
+    query: Query,
+    params: RankingParams = RankingParams(),
+    mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """Fused score of every item (higher is better); items outside `mask` get -inf.
+
+    `mask` is the candidate set (visibility and kinds, decided by the caller). Statistics —
+    BM25's collection statistics, z-scores, session maxima — are taken over candidates only, so
+    an item the viewer may not see neither appears nor moves another item's score.
+    """
+    if len(corpus) == 0:
+        return np.zeros(0, dtype=np.float64)
+    channels = channel_scores(corpus, query, params, mask)
+    score = fuse(channels, params.channel_weights(), mask)
+    if params.w_speaker and query.named:
+        score += params.w_speaker * corpus.speaker_mask(query.named) / len(query.named)
+    if params.w_temporal and query.temporal and corpus.temporal is not None:
+        score += params.w_temporal * np.minimum(corpus.temporal, 2) / 2
+    if params.w_date and query.dates and corpus.days is not None:
+        score += params.w_date * date_prior(
+            corpus.days, query.dates, params.date_after_days, params.date_tau_days
+        )
+    if params.w_length and corpus.content_len is not None:
+        score += params.w_length * zscore(np.log1p(corpus.content_len), mask)
+    if params.w_recency and corpus.timestamps is not None:
+        score += params.w_recency * zscore(corpus.timestamps, mask)
+    if params.w_importance and corpus.importance is not None:
+        score += params.w_importance * zscore(corpus.importance, mask)
+    if params.w_session:
+        score += params.w_session * zscore(group_max(score, corpus.gids, mask), mask)
+    if mask is not None:
+        score = np.where(mask, score, -np.inf)
+    return score
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the `k` best finite scores, best first (ties keep item order)."""
+    finite = np.flatnonzero(np.isfinite(scores))
+    if len(finite) == 0 or k <= 0:
+        return finite[:0]
+    if len(finite) > k:
+        finite = finite[np.argpartition(-scores[finite], k - 1)[:k]]
+    return finite[np.lexsort((finite, -scores[finite]))]

@@ -1,0 +1,249 @@
+"""Text analysis for ranking (SW6): BM25 terms, names taken out of what is embedded, query
+rewriting, temporal cues, sentences and passages. Pure functions."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Iterable, Mapping
+
+import snowballstemmer
+
+# ---------------------------------------------------------------------------------------------
+# Text analysis (BM25 side)
+
+# A small English stop list: function words only. Names, numbers and content words stay.
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself yourselves
+    im ive id ill youre youve theyre thats dont didnt doesnt isnt wasnt cant wont also really
+    oh yeah hey hi wow""".split()
+)
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+_POSSESSIVE = re.compile(r"['’]s$")
+_stemmer = snowballstemmer.stemmer("english")
+
+
+@lru_cache(maxsize=200_000)
+def stem(word: str) -> str:
+    """Snowball English stem of one lower-case word (cached: the vocabulary is small)."""
+    return _stemmer.stemWord(word)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-case word tokens; a possessive 's is dropped and inner apostrophes removed."""
+    words = []
+    for match in _WORD.finditer(text.lower()):
+        word = _POSSESSIVE.sub("", match.group())
+        words.append(word.replace("'", "").replace("’", ""))
+    return [w for w in words if w]
+
+
+def analyze(text: str, *, bigrams: bool = False) -> Counter[str]:
+    """Term counts of `text` for BM25: stems of non-stop words, plus adjacent-pair bigrams.
+
+    Bigrams join two consecutive content stems with "_" (stop words are skipped first, so
+    "support group" and "support the group" share the bigram "support_group").
+    """
+    stems = [stem(w) for w in tokenize(text) if w not in STOPWORDS]
+    counts = Counter(stems)
+    if bigrams:
+        counts.update(f"{a}_{b}" for a, b in zip(stems, stems[1:]))
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------
+# Character names (dense side and speaker awareness)
+
+
+@dataclass(frozen=True)
+class Cast:
+    """Character names and aliases of one store, mapped to character ids.
+
+    Built from the characters table (name + aliases). Matching is whole-word and
+    case-insensitive; a possessive "'s" is part of the match.
+    """
+
+    aliases: Mapping[str, str]  # alias as written -> character id
+    _pattern: re.Pattern | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def build(cls, characters: Iterable[tuple[str, Iterable[str]]]) -> "Cast":
+        """`characters`: (character id, names and aliases) pairs. Empty names are ignored."""
+        table: dict[str, str] = {}
+        for char_id, names in characters:
+            for name in names:
+                name = name.strip()
+                if name:
+                    table.setdefault(name.lower(), char_id)
+        if not table:
+            return cls({}, None)
+        # Longest first, so "Mel Jones" wins over "Mel".
+        alts = sorted(table, key=len, reverse=True)
+        pattern = re.compile(
+            r"(?<![\w])(" + "|".join(re.escape(a) for a in alts) + r")(['’]s)?(?![\w])",
+            re.IGNORECASE,
+        )
+        return cls(table, pattern)
+
+    def mentioned(self, text: str) -> list[str]:
+        """Character ids named in `text`, in order of first mention, without repeats."""
+        if self._pattern is None:
+            return []
+        seen: list[str] = []
+        for m in self._pattern.finditer(text):
+            cid = self.aliases[m.group(1).lower()]
+            if cid not in seen:
+                seen.append(cid)
+        return seen
+
+    def sub(self, text: str, repl, *, capitalised_only: bool = False) -> str:
+        """Replace every name; `repl(match, character_id, possessive)` returns the new text.
+
+        With `capitalised_only`, a name is replaced only where it starts with a capital letter:
+        stored texts write names capitalised, and a character called "Will" or "Hope" must not
+        take the words "will" and "hope" out of every message.
+        """
+        if self._pattern is None:
+            return text
+
+        def one(m: re.Match) -> str:
+            if capitalised_only and not m.group(1)[:1].isupper():
+                return m.group(0)
+            return repl(m, self.aliases[m.group(1).lower()], bool(m.group(2)))
+
+        return self._pattern.sub(one, text)
+
+
+_SPACES = re.compile(r"\s+")
+_ORPHAN_PUNCT = re.compile(r"\s+([,.!?;:])")
+_LEADING_PUNCT = re.compile(r"^[\s,.;:!?]+")
+_DOUBLE_PUNCT = re.compile(r"([,;:])\s*(?=[,.!?;:])")
+
+
+def _tidy(text: str) -> str:
+    text = _SPACES.sub(" ", text)
+    text = _DOUBLE_PUNCT.sub("", text)
+    text = _ORPHAN_PUNCT.sub(r"\1", text)
+    return _LEADING_PUNCT.sub("", text).strip()
+
+
+def dense_text(text: str, cast: Cast) -> str:
+    """The text an item is embedded as: character names removed ("Ayla's" becomes "their").
+
+    MiniLM's cosine is dominated by the names it sees; without them it ranks by what happened.
+    BM25 keeps the names (it weighs them by rarity, which is what we want there).
+    """
+    return _tidy(cast.sub(text, lambda m, cid, poss: " their " if poss else " ", capitalised_only=True))
+
+
+_PREPOSITIONS = frozenset(
+    "to with for about from at of by on in like than and or as after before toward towards".split()
+)
+
+
+def rewrite_query(query: str, cast: Cast, mode: str = "first_person") -> str:
+    """The query text for the dense side.
+
+    - "strip": names removed, as in `dense_text`.
+    - "first_person": the first character named becomes "I"/"me"/"my" (stored messages are in
+      their speaker's first person: "When did Mel go camping?" -> "When did I go camping?");
+      other names become "them"/"their" after a preposition or as a possessive, else vanish.
+    """
+    if mode == "strip":
+        return dense_text(query, cast)
+    named = cast.mentioned(query)
+    if not named:
+        return query
+    first = named[0]
+
+    def repl(m: re.Match, cid: str, poss: bool) -> str:
+        before = query[: m.start()].split()
+        after_prep = bool(before) and before[-1].lower().strip(",.;:!?\"'") in _PREPOSITIONS
+        if cid != first:
+            return " their " if poss else (" them " if after_prep else " ")
+        if poss:
+            return "my"
+        return "me" if after_prep else "I"
+
+    return _tidy(cast.sub(query, repl))
+
+
+# ---------------------------------------------------------------------------------------------
+# Temporal cues (a prior for "when" questions)
+
+_TEMPORAL_QUERY = re.compile(
+    r"^\s*(when|how long ago|since when|what (day|date|time|year|month|week)|which (day|year|month|week))\b"
+    r"|\b(what|which) (day|date|year|month)\b|\bhow long\b",
+    re.IGNORECASE,
+)
+_TEMPORAL_WORDS = frozenset(
+    """yesterday today tonight tomorrow ago last next recently lately weekend week weeks month
+    months year years morning evening afternoon night earlier later soon since before after
+    monday tuesday wednesday thursday friday saturday sunday january february march april may june
+    july august september october november december christmas birthday anniversary summer winter
+    spring autumn fall""".split()
+)
+
+
+def is_temporal_query(query: str) -> bool:
+    """True for questions that ask when something happened or how long ago."""
+    return bool(_TEMPORAL_QUERY.search(query))
+
+
+def temporal_cues(text: str) -> int:
+    """How many time expressions `text` holds (computed at write time; a small integer)."""
+    words = tokenize(text)
+    n = sum(1 for w in words if w in _TEMPORAL_WORDS)
+    n += sum(1 for w in words if w.isdigit() and len(w) == 4 and w[:2] in ("19", "20"))
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversation structure
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
+
+
+def sentences(text: str, min_chars: int = 12) -> list[str]:
+    """Split `text` into sentences; fragments shorter than `min_chars` join the previous one."""
+    parts: list[str] = []
+    for piece in _SENTENCE.split(text.strip()):
+        if parts and len(piece) < min_chars:
+            parts[-1] += " " + piece
+        elif piece:
+            parts.append(piece)
+    return parts
+
+
+def chunks(text: str, min_words: int = 0, max_words: int = 80, max_chunks: int = 16) -> list[str]:
+    """Passages of `text` for the best-passage channel: sentences, merged until a passage has at
+    least `min_words` words, split when one runs past `max_words`; at most `max_chunks` (the
+    first ones). One passage means the item's own vector already covers it (no extra vector).
+    """
+    out: list[str] = []
+    cur: list[str] = []
+    for sent in sentences(text):
+        words = sent.split()
+        while len(words) > max_words:
+            out.append(" ".join(words[:max_words]))
+            words = words[max_words:]
+        cur += words
+        if len(cur) >= min_words:
+            out.append(" ".join(cur))
+            cur = []
+    if cur:
+        if out and len(cur) < min_words:
+            out[-1] += " " + " ".join(cur)
+        else:
+            out.append(" ".join(cur))
+    return out[:max_chunks]

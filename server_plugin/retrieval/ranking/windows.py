@@ -1,0 +1,135 @@
+"""Conversation structure for ranking (SW6): session groups, neighbour tables, and the ±1 / ±2
+window sums and vectors computed from them. Pure numpy."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Hashable, Mapping, Sequence
+
+import numpy as np
+
+
+def group_ids(groups: Sequence[Hashable | None]) -> np.ndarray:
+    """Dense integer ids for groups (-1 for None), for vectorised session terms."""
+    table: dict[Hashable, int] = {}
+    return np.array(
+        [-1 if g is None else table.setdefault(g, len(table)) for g in groups], dtype=np.int64
+    )
+
+
+def neighbour_index(gids: np.ndarray, positions: np.ndarray | None = None, radius: int = 2) -> np.ndarray:
+    """Row indices of each row's session neighbours: shape (n, 2*radius), -1 where there is none.
+
+    Columns go previous-1, next-1, previous-2, next-2, …; column c and c ^ 1 are opposite
+    directions. Rows of a group are ordered by `positions` (default: row order), so rows of many
+    chats may interleave in the table (the store appends messages as they arrive). Rows with
+    gid -1 (memories, lore, summaries) have no neighbours.
+    """
+    n = len(gids)
+    nbr = np.full((n, 2 * radius), -1, dtype=np.int64)
+    if n == 0:
+        return nbr
+    pos = np.arange(n) if positions is None else np.asarray(positions)
+    order = np.lexsort((pos, gids))
+    for d in range(1, radius + 1):
+        if d >= n:
+            break
+        a, b = order[:-d], order[d:]
+        same = (gids[a] == gids[b]) & (gids[a] >= 0)
+        nbr[b[same], 2 * (d - 1)] = a[same]
+        nbr[a[same], 2 * (d - 1) + 1] = b[same]
+    return nbr
+
+
+def columns(radius: int, weights: Sequence[float]) -> list[tuple[int, float]]:
+    """(column of the neighbour table, weight) for distances 1..radius."""
+    cols = []
+    for d in range(1, radius + 1):
+        w = weights[min(d, len(weights)) - 1] if weights else 0.0
+        if w:
+            cols += [(2 * (d - 1), w), (2 * (d - 1) + 1, w)]
+    return cols
+
+
+def neighbour_sum(
+    values: np.ndarray, nbr: np.ndarray, weights: Sequence[float], radius: int | None = None
+) -> np.ndarray:
+    """values[i] + Σ_d weights[d-1] · (values[prev_d(i)] + values[next_d(i)]), rows or scalars."""
+    out = values.astype(np.float32 if values.ndim > 1 else np.float64, copy=True)
+    radius = len(weights) if radius is None else radius
+    for col, w in columns(min(radius, nbr.shape[1] // 2), weights):
+        idx = nbr[:, col]
+        has = idx >= 0
+        out[has] += w * values[idx[has]]
+    return out
+
+
+def expand_neighbours(
+    counts: Sequence[Mapping[str, float]], nbr: np.ndarray, weights: Sequence[float] = (0.9, 0.5)
+) -> list[Counter]:
+    """Each item's term counts plus its neighbours' at `weights` by distance (the reference for
+    what `bm25(..., neighbours=...)` computes at query time without storing it)."""
+    out: list[Counter] = []
+    cols = columns(min(len(weights), nbr.shape[1] // 2), weights)
+    for i, own in enumerate(counts):
+        merged: Counter = Counter(own)
+        for col, w in cols:
+            j = nbr[i, col]
+            if j >= 0:
+                for term, c in counts[j].items():
+                    merged[term] += w * c
+        out.append(merged)
+    return out
+
+
+def window_texts(texts: Sequence[str], nbr: np.ndarray, radius: int) -> list[str]:
+    """For each item, its text joined with up to `radius` session neighbours on each side."""
+    out = []
+    for i, text in enumerate(texts):
+        before, after = [], []
+        for d in range(1, radius + 1):
+            p, n = nbr[i, 2 * (d - 1)], nbr[i, 2 * (d - 1) + 1]
+            if p >= 0:
+                before.insert(0, texts[p])
+            if n >= 0:
+                after.append(texts[n])
+        out.append(" ".join(before + [text] + after))
+    return out
+
+
+def window_vectors(
+    vectors: np.ndarray, nbr: np.ndarray, radius: int, weights: Sequence[float] = (1.0, 0.6)
+) -> np.ndarray:
+    """Each row plus its session neighbours up to `radius` away (weighted), re-normalised.
+
+    A message's "window": its vector mixed with its neighbours'. The weighted mean of stored
+    vectors measured as well as embedding the joined window text on LoCoMo, and costs no
+    embedding at write time and no re-embedding of earlier messages when a new one arrives.
+    """
+    out = neighbour_sum(vectors, nbr, weights, radius)
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return out / np.where(norms > 0, norms, 1.0)
+
+
+def window_norms(
+    vectors: np.ndarray, nbr: np.ndarray, radius: int, weights: Sequence[float] = (1.0, 0.6)
+) -> np.ndarray:
+    """Norm of each row's un-normalised window (what `window_scores` divides by)."""
+    norms = np.linalg.norm(neighbour_sum(vectors, nbr, weights, radius), axis=1)
+    return np.where(norms > 0, norms, 1.0)
+
+
+def window_scores(
+    item_scores: np.ndarray,
+    nbr: np.ndarray,
+    radius: int,
+    norms: np.ndarray,
+    weights: Sequence[float] = (1.0, 0.6),
+) -> np.ndarray:
+    """Cosine of the query with each window vector, from the items' own cosines.
+
+    Because q·(Σ w v) = Σ w (q·v), the window channel needs no window matrix: the items' scores,
+    summed over neighbours and divided by the precomputed window norm, equal
+    `window_vectors(...) @ q` exactly, in O(n) instead of a second n×384 product.
+    """
+    return neighbour_sum(item_scores, nbr, weights, radius) / norms
