@@ -11,7 +11,7 @@ import { OutageNotifier, outageMessage } from './src/notify.js';
 import { installPanel } from './src/panel/panel.js';
 import { bindSettingsPanel } from './src/settings_panel.js';
 import { INSTALL_CONFIG_FILE, SETTINGS_KEY, fromInstallConfig, withDefaults } from './src/settings.js';
-import { ChatSync, chatMembers, speakerOf, stampTurn, swipePending } from './src/sync.js';
+import { ChatSync, chatMembers, speakerOf, stampTurn, swipePending } from './src/sync/index.js';
 import { TightBudgetNotice, cachedCounter, standingText } from './src/reserve.js';
 import { registerTools } from './src/tools.js';
 import { JobWorker } from './src/worker.js';

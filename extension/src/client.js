@@ -64,6 +64,19 @@ export function isMissingRoute(error) {
     return error instanceof SidecarError && ((error.status === 404 && error.code === 'not_found') || error.status === 405);
 }
 
+/**
+ * `call`'s value, or undefined when the sidecar answered 404: for deleting what was never sent or
+ * is already gone, and for looking up what may not exist yet. Other errors still reject.
+ * @template T
+ * @param {Promise<T>} call
+ * @returns {Promise<T|undefined>}
+ */
+export function allowNotFound(call) {
+    return call.catch((error) => {
+        if (error?.status !== 404) throw error;
+    });
+}
+
 /** A query string from the defined values of `params` ('' when none). */
 export function queryString(params = {}) {
     const parts = Object.entries(params)

@@ -1,11 +1,11 @@
-// Message ids, records and reconciliation (extension/src/sync.js).
+// Message ids, records and reconciliation (extension/src/sync/records.js, ledger.js).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import {
     ChatLedger, ID_KEY, TURN_KEY, batches, chatMembers, characterFromCard, ensureIds, fingerprint,
     messageId, reconcile, stampTurn, swipePending, toIso, toRecord,
-} from '../../extension/src/sync.js';
+} from '../../extension/src/sync/index.js';
 
 const FALLBACK = '2026-01-01T00:00:00.000Z';
 
