@@ -5,6 +5,7 @@ import { SidecarClient, isMissingRoute } from './src/client.js';
 import { registerCommands } from './src/commands.js';
 import { testConnection } from './src/connection.js';
 import { Features } from './src/features.js';
+import { escapeHtml } from './src/html.js';
 import { clearPrompts } from './src/inject.js';
 import { RingBuffer, createInterceptor } from './src/interceptor.js';
 import { OutageNotifier, outageMessage } from './src/notify.js';
@@ -339,10 +340,6 @@ function registerExtras() {
     } catch (error) {
         console.error('[Chronicler] could not register slash commands:', error);
     }
-}
-
-function escapeHtml(text) {
-    return String(text).replace(/[&<>"']/g, ch => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' }[ch]));
 }
 
 // Listen first: the memory works even if the drawer cannot be drawn.

@@ -3,6 +3,7 @@
 // gets the same small context object (`PanelContext`): the sidecar client, SillyTavern's
 // context, the current chat, names of characters, confirmations and toasts.
 
+import { escapeHtml } from '../html.js';
 import { chatMembers, chatTitle } from '../sync/index.js';
 import { createCharactersTab } from './characters.js';
 import { createContextTab } from './context.js';
@@ -12,7 +13,6 @@ import { createLoreTab } from './lore.js';
 import { createMemoriesTab } from './memories.js';
 import { startPick } from './pick.js';
 import { createSummariesTab } from './summaries.js';
-import { escapeHtml } from './text.js';
 
 export const TABS = Object.freeze([
     { id: 'memories', label: 'Memories', icon: 'fa-brain', create: createMemoriesTab },
