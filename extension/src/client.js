@@ -220,3 +220,13 @@ export class SidecarClient {
     importLore(body, options) { return this.request('POST', '/v1/lore/import', { ...options, body }); }
 }
 
+
+/**
+ * A client for the sidecar the settings name.
+ * @param {{sidecarUrl: string, token: string}} settings the settings, with defaults
+ * @param {string} [timeoutKey] which setting is the time limit of its calls
+ * @returns {SidecarClient}
+ */
+export function clientFor(settings, timeoutKey = 'requestTimeoutMs') {
+    return new SidecarClient({ baseUrl: settings.sidecarUrl, token: settings.token, timeoutMs: settings[timeoutKey] });
+}
