@@ -64,6 +64,19 @@ export function isMissingRoute(error) {
     return error instanceof SidecarError && ((error.status === 404 && error.code === 'not_found') || error.status === 405);
 }
 
+/**
+ * `call`'s value, or undefined when the sidecar answered 404: for deleting what was never sent or
+ * is already gone, and for looking up what may not exist yet. Other errors still reject.
+ * @template T
+ * @param {Promise<T>} call
+ * @returns {Promise<T|undefined>}
+ */
+export function allowNotFound(call) {
+    return call.catch((error) => {
+        if (error?.status !== 404) throw error;
+    });
+}
+
 /** A query string from the defined values of `params` ('' when none). */
 export function queryString(params = {}) {
     const parts = Object.entries(params)
@@ -207,3 +220,13 @@ export class SidecarClient {
     importLore(body, options) { return this.request('POST', '/v1/lore/import', { ...options, body }); }
 }
 
+
+/**
+ * A client for the sidecar the settings name.
+ * @param {{sidecarUrl: string, token: string}} settings the settings, with defaults
+ * @param {string} [timeoutKey] which setting is the time limit of its calls
+ * @returns {SidecarClient}
+ */
+export function clientFor(settings, timeoutKey = 'requestTimeoutMs') {
+    return new SidecarClient({ baseUrl: settings.sidecarUrl, token: settings.token, timeoutMs: settings[timeoutKey] });
+}

@@ -14,6 +14,8 @@
  * @property {() => {recallResults: number}} getSettings
  */
 
+import { escapeHtml } from './html.js';
+
 const TRUE = new Set(['true', 'yes', 'on', '1']);
 const FALSE = new Set(['false', 'no', 'off', '0', '']);
 
@@ -182,4 +184,26 @@ export function registerCommands(ctx, deps, ui) {
             + 'summaries and character memories in the background. The next message starts a new session.</div>',
     }));
     return ['remember', 'recall', 'session-end'];
+}
+
+/**
+ * The popup /recall shows: a title and the lines found, escaped (they are memory text).
+ * @param {string} title
+ * @param {string[]} lines
+ */
+export function resultsHtml(title, lines) {
+    return `<h3>${escapeHtml(title)}</h3><pre class="chronicler-recall">${escapeHtml(lines.join('\n') || 'Nothing found.')}</pre>`;
+}
+
+/**
+ * How the commands speak to the person: toasts, and SillyTavern's popup for results.
+ * @param {any} ctx SillyTavern.getContext()
+ * @param {(kind: string, text: string) => void} toast
+ */
+export function commandUi(ctx, toast) {
+    return {
+        ok: (text) => toast('success', text),
+        fail: (error) => toast('error', error?.message ?? String(error)),
+        show: (title, lines) => ctx.callGenericPopup?.(resultsHtml(title, lines), ctx.POPUP_TYPE?.TEXT ?? 1),
+    };
 }

@@ -6,7 +6,7 @@
 
 import { isMissingRoute } from './client.js';
 import { applyPrompts, blocksToPrompts, clearPrompts } from './inject.js';
-import { chatMembers, messageId, messageTurn } from './sync.js';
+import { characterAvatar, chatMembers, idMaker, messageId, messageTurn } from './sync/index.js';
 import { sidecarBudget } from './reserve.js';
 
 /** Generation types that get no context: our own background generations. */
@@ -119,7 +119,7 @@ export class RingBuffer {
  *   getContext: () => any,
  *   getSettings: () => import('./settings.js').DEFAULTS,
  *   getClient: () => import('./client.js').SidecarClient,
- *   sync: import('./sync.js').ChatSync,
+ *   sync: import('./sync/index.js').ChatSync,
  *   turns: {current: {id: string, chatId: string}|null},
  *   injected: {keys: Set<string>},
  *   notifyFailure: (error: Error) => void,
@@ -138,14 +138,14 @@ export function createInterceptor(deps) {
         if (!settings.enabled || SKIPPED_TYPES.includes(type)) return;
         const ctx = deps.getContext();
         const chatId = ctx.getCurrentChatId?.();
-        const speakerId = ctx.characters?.[ctx.characterId]?.avatar;
+        const speakerId = characterAvatar(ctx);
         if (!chatId || !speakerId) return;
 
         const started = performance.now();
         const remaining = () => Math.max(1, settings.contextTimeoutMs - (performance.now() - started));
         const plan = planTurn({
             type, lastMessage: ctx.chat.at(-1), current: deps.turns.current, chatId,
-            newId: ctx.uuidv4 ?? (() => crypto.randomUUID()),
+            newId: idMaker(ctx),
         });
         deps.turns.current = { id: plan.turnId, chatId };
         for (const turnId of plan.rollback) deps.sync.rollback(chatId, turnId);

@@ -1,5 +1,5 @@
-// The extension's settings: defaults, and merging what SillyTavern stored with them.
-// Pure module (no SillyTavern access) so node tests can import it.
+// The extension's settings: defaults, merging what SillyTavern stored with them, storing changes.
+// No SillyTavern global: its context object is passed in, so node tests can use a plain object.
 
 /** Key under SillyTavern's `extensionSettings`. */
 export const SETTINGS_KEY = 'chronicler';
@@ -106,4 +106,40 @@ export function fromInstallConfig(stored, file) {
     if (/^https?:\/\/[^\s]+$/i.test(url)) patch.sidecarUrl = url;
     if (typeof file.token === 'string' && file.token.trim()) patch.token = file.token.trim();
     return Object.keys(patch).length ? patch : null;
+}
+
+/**
+ * The settings SillyTavern stores for us, completed with defaults.
+ * @param {{extensionSettings: object}} ctx SillyTavern.getContext()
+ */
+export function readSettings(ctx) {
+    return withDefaults(ctx.extensionSettings[SETTINGS_KEY]);
+}
+
+/**
+ * Store a change (SillyTavern writes it to disk a moment later).
+ * @param {{extensionSettings: object, saveSettingsDebounced: () => void}} ctx SillyTavern.getContext()
+ * @param {object} patch
+ * @returns {{before: typeof DEFAULTS, after: typeof DEFAULTS}} the settings before and after it
+ */
+export function storeSettings(ctx, patch) {
+    const before = readSettings(ctx);
+    ctx.extensionSettings[SETTINGS_KEY] = { ...(ctx.extensionSettings[SETTINGS_KEY] ?? {}), ...patch };
+    ctx.saveSettingsDebounced();
+    return { before, after: readSettings(ctx) };
+}
+
+/**
+ * The parsed install config (INSTALL_CONFIG_FILE), or null when there is none (installed by
+ * hand) or it cannot be read.
+ * @param {URL|string} url where it is served
+ * @param {typeof fetch} [fetchImpl]
+ */
+export async function fetchInstallConfig(url, fetchImpl = (...args) => globalThis.fetch(...args)) {
+    try {
+        const response = await fetchImpl(url, { cache: 'no-store' });
+        return response.ok ? await response.json() : null;
+    } catch {
+        return null;
+    }
 }

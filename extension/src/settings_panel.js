@@ -99,6 +99,20 @@ export function bindSettingsPanel(root, io) {
     return refreshMode;
 }
 
+/**
+ * Add the drawer to SillyTavern's Extensions panel and bind it.
+ * @param {any} ctx SillyTavern.getContext()
+ * @param {string} path our folder under scripts/extensions/, e.g. "third-party/Chronicler"
+ * @param {Parameters<typeof bindSettingsPanel>[1]} io
+ * @returns {Promise<() => void>} call when the sidecar's features may have changed
+ */
+export async function addSettingsDrawer(ctx, path, io) {
+    const html = await ctx.renderExtensionTemplateAsync(path, 'settings');
+    const host = document.getElementById('extensions_settings2') ?? document.getElementById('extensions_settings');
+    host.insertAdjacentHTML('beforeend', html);
+    return bindSettingsPanel(document.getElementById('chronicler_settings'), io);
+}
+
 function bindInjectionRows(tbody, initial, save) {
     const current = structuredClone(initial);
     for (const section of SECTIONS) {

@@ -203,3 +203,44 @@ export class JobWorker {
         return 250; // more may be waiting; the idle check runs again first
     }
 }
+
+/**
+ * Whether this page should run the sidecar's jobs: Chronicler on, the "SillyTavern's connection"
+ * mode chosen, and a sidecar with the job routes.
+ * @param {{enabled: boolean, llmMode: string}} settings
+ * @param {{has: (name: string) => boolean}} features
+ */
+export function workerWanted(settings, features) {
+    return settings.enabled && settings.llmMode === 'sillytavern' && features.has('jobs');
+}
+
+/**
+ * The page's JobWorker: jobs from the sidecar, run with SillyTavern's generateRaw.
+ * @param {{
+ *   getClient: () => import('./client.js').SidecarClient,
+ *   getContext: () => any,
+ *   getSettings: () => import('./settings.js').DEFAULTS,
+ *   features: {has: (name: string) => boolean},
+ *   isGenerating: () => boolean,
+ *   toast: (kind: string, text: string, options?: object) => void,
+ * }} deps
+ * @returns {JobWorker}
+ */
+export function pageWorker({ getClient, getContext, getSettings, features, isGenerating, toast }) {
+    return new JobWorker({
+        claim: () => getClient().claimJob({}),
+        complete: (id, text, attempt) => getClient().completeJob(id, text, attempt),
+        fail: (id, error, attempt) => getClient().failJob(id, error, { retryable: true, attempt }),
+        generate: (args) => getContext().generateRaw(args),
+        useSchema: () => getSettings().jobJsonSchema,
+        isActive: () => workerWanted(getSettings(), features),
+        isGenerating,
+        onStop: (error) => {
+            console.error('[Chronicler] background job failed; the job worker stopped:', error);
+            toast('error', `Background jobs stopped: ${error?.message ?? error}. Switch the mode off and on again to retry.`, { timeOut: 0 });
+        },
+        idleMs: () => getSettings().workerIdleMs,
+        pollMs: () => getSettings().workerPollMs,
+        maxPollMs: () => getSettings().workerMaxPollMs,
+    });
+}

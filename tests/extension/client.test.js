@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 
-import { CLIENT_CODES, SidecarClient, SidecarError, errorFromResponse, pathId } from '../../extension/src/client.js';
+import { CLIENT_CODES, SidecarClient, SidecarError, allowNotFound, clientFor, errorFromResponse, pathId } from '../../extension/src/client.js';
 
 test('dc2: the error envelope becomes a typed error with code, message and details', () => {
     const err = errorFromResponse(403, JSON.stringify({ ok: false, error: { code: 'pinned_memory', message: 'Only a person may edit a pinned memory.', details: [{ id: 'm1' }] } }));
@@ -53,4 +53,18 @@ test('dc2: a sidecar that is not running fails with code unreachable', async () 
     await new Promise(resolve => server.close(resolve)); // the port is free again: nobody listens
     const client = new SidecarClient({ baseUrl: `http://127.0.0.1:${port}`, timeoutMs: 2000 });
     await assert.rejects(client.context({}), (err) => err.code === CLIENT_CODES.unreachable && err.status === 0);
+});
+
+test('dc2: allowNotFound takes a 404 as done and lets every other failure through', async () => {
+    const notFound = new SidecarError({ status: 404, code: 'message_not_found', message: 'no' });
+    assert.equal(await allowNotFound(Promise.reject(notFound)), undefined);
+    assert.deepEqual(await allowNotFound(Promise.resolve({ ok: 1 })), { ok: 1 });
+    await assert.rejects(allowNotFound(Promise.reject(new SidecarError({ status: 500, code: 'internal', message: 'boom' }))), /boom/);
+});
+
+test('dc2: clientFor builds the client the settings name, with the time limit asked for', () => {
+    const settings = { sidecarUrl: 'http://127.0.0.1:7711/', token: 'tok', requestTimeoutMs: 10000, contextTimeoutMs: 1500 };
+    const plain = clientFor(settings);
+    assert.deepEqual([plain.baseUrl, plain.token, plain.timeoutMs], ['http://127.0.0.1:7711', 'tok', 10000]);
+    assert.equal(clientFor(settings, 'contextTimeoutMs').timeoutMs, 1500);
 });

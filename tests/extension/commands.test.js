@@ -3,7 +3,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import {
-    CommandError, recallCommand, registerCommands, rememberCommand, rememberRequest, resolveCharacter, sessionEndCommand,
+    CommandError, commandUi, recallCommand, registerCommands, rememberCommand, rememberRequest, resolveCharacter, resultsHtml,
+    sessionEndCommand,
 } from '../../extension/src/commands.js';
 import { FakeSidecar } from './fake_sidecar.js';
 
@@ -98,4 +99,18 @@ test('dc2: registerCommands adds /remember, /recall and /session-end with help s
     assert.equal(await added[0].callback({ scope: 'nope' }, 'A fact'), '');
     assert.deepEqual(said, [['ok', 'Saved a global memory.'], ['fail', 'scope= is global or character, not "nope".']]);
     assert.deepEqual(registerCommands({}, d, {}), [], 'an older SillyTavern without the parser: nothing');
+});
+
+test('dc2: the commands\' toasts and the /recall popup; memory text in the popup is escaped', () => {
+    const toasts = [];
+    const popups = [];
+    const ui = commandUi({ callGenericPopup: (...args) => popups.push(args), POPUP_TYPE: { TEXT: 7 } }, (...args) => toasts.push(args));
+    ui.ok('Saved.');
+    ui.fail(new CommandError('No character named "x".'));
+    ui.show('Chronicler: recall', ['[memory] <b>Mara</b> & tea']);
+    ui.show('Chronicler: recall', []);
+    assert.deepEqual(toasts, [['success', 'Saved.'], ['error', 'No character named "x".']]);
+    assert.deepEqual(popups[0], ['<h3>Chronicler: recall</h3><pre class="chronicler-recall">[memory] &lt;b&gt;Mara&lt;/b&gt; &amp; tea</pre>', 7]);
+    assert.match(popups[1][0], /Nothing found\./);
+    assert.equal(resultsHtml('<t>', ['a', 'b']), '<h3>&lt;t&gt;</h3><pre class="chronicler-recall">a\nb</pre>');
 });

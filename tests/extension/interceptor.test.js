@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { contextRequest, lastAction, liveCut, planTurn, trimToLive } from '../../extension/src/interceptor.js';
-import { ID_KEY, TURN_KEY } from '../../extension/src/sync.js';
+import { ID_KEY, TURN_KEY } from '../../extension/src/sync/index.js';
 
 function counter(prefix = 't') {
     let n = 0;

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { SidecarError } from '../../extension/src/client.js';
 import { RingBuffer, createInterceptor } from '../../extension/src/interceptor.js';
 import { TightBudgetNotice } from '../../extension/src/reserve.js';
-import { ID_KEY } from '../../extension/src/sync.js';
+import { ID_KEY } from '../../extension/src/sync/index.js';
 
 function msg(id, user = false) {
     return { name: user ? 'User' : 'Seraphina', is_user: user, mes: `text ${id}`, extra: { [ID_KEY]: id } };

@@ -15,7 +15,8 @@ import {
     routeUnavailable, scopeKey, sortMemories, viewQuery, viewTarget, viewValue,
 } from '../../extension/src/panel/memory_model.js';
 import { coversLabel } from '../../extension/src/panel/summaries.js';
-import { ago, cut, escapeHtml, fold, plural } from '../../extension/src/panel/text.js';
+import { escapeHtml } from '../../extension/src/html.js';
+import { ago, cut, fold, plural } from '../../extension/src/panel/text.js';
 
 const mem = (id, { pinned = false, scope = 'character', character_id = 'sera.png', updated_at = '2026-03-01T12:00:00.000Z', text = `memory ${id}` } = {}) =>
     ({ id, text, scope, character_id: scope === 'global' ? null : character_id, pinned, archived: false, updated_at, version: 1 });

@@ -2,7 +2,9 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { DEFAULTS, fromInstallConfig, normaliseUrl, withDefaults } from '../../extension/src/settings.js';
+import {
+    DEFAULTS, fetchInstallConfig, fromInstallConfig, normaliseUrl, readSettings, storeSettings, withDefaults,
+} from '../../extension/src/settings.js';
 import { describeConnection } from '../../extension/src/connection.js';
 
 test('dc2: empty settings get the defaults (sidecar on 127.0.0.1:7711, 1.5 s per-turn limit)', () => {
@@ -54,4 +56,28 @@ test('dc2: the install config fills URL and token only while the user has set ne
     assert.equal(fromInstallConfig({ sidecarUrl: 'http://127.0.0.1:9999' }, file), null);
     assert.equal(fromInstallConfig({}, null), null);
     assert.deepEqual(fromInstallConfig({}, { sidecarUrl: 'javascript:alert(1)', token: 't' }), { token: 't' });
+});
+
+test('dc2: settings are read with defaults and a change is stored beside what was there, then saved', () => {
+    let saves = 0;
+    const ctx = { extensionSettings: { chronicler: { token: 't', future: 1 } }, saveSettingsDebounced: () => { saves += 1; } };
+    assert.equal(readSettings(ctx).contextTimeoutMs, DEFAULTS.contextTimeoutMs);
+    const { before, after } = storeSettings(ctx, { sidecarUrl: 'http://127.0.0.1:9000/' });
+    assert.equal(before.sidecarUrl, DEFAULTS.sidecarUrl);
+    assert.equal(after.sidecarUrl, 'http://127.0.0.1:9000');
+    assert.deepEqual(ctx.extensionSettings.chronicler, { token: 't', future: 1, sidecarUrl: 'http://127.0.0.1:9000/' });
+    assert.equal(saves, 1);
+    const fresh = { extensionSettings: {}, saveSettingsDebounced: () => {} };
+    assert.equal(storeSettings(fresh, { enabled: false }).after.enabled, false, 'a first change creates the entry');
+});
+
+test('dc2: the install config is read when served, and is null when missing, refused or not JSON', async () => {
+    const asked = [];
+    const serve = (response) => async (url, init) => { asked.push([String(url), init]); if (response instanceof Error) throw response; return response; };
+    const file = { sidecarUrl: 'http://127.0.0.1:7711', token: 'abc' };
+    assert.deepEqual(await fetchInstallConfig('http://st/x.json', serve({ ok: true, json: async () => file })), file);
+    assert.deepEqual(asked[0], ['http://st/x.json', { cache: 'no-store' }], 'never a cached copy');
+    assert.equal(await fetchInstallConfig('u', serve({ ok: false, json: async () => file })), null);
+    assert.equal(await fetchInstallConfig('u', serve(new TypeError('Failed to fetch'))), null);
+    assert.equal(await fetchInstallConfig('u', serve({ ok: true, json: async () => { throw new SyntaxError('bad'); } })), null);
 });

@@ -1,11 +1,11 @@
-// Message ids, records and reconciliation (extension/src/sync.js).
+// Message ids, records and reconciliation (extension/src/sync/records.js, ledger.js).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import {
-    ChatLedger, ID_KEY, TURN_KEY, batches, chatMembers, characterFromCard, ensureIds, fingerprint,
-    messageId, reconcile, stampTurn, swipePending, toIso, toRecord,
-} from '../../extension/src/sync.js';
+    ChatLedger, ID_KEY, SyncQueue, TURN_KEY, batches, chatMembers, chatTitle, characterFromCard, ensureIds, fingerprint,
+    messageId, placeNow, reconcile, speakerNow, stampTurn, swipePending, toIso, toRecord,
+} from '../../extension/src/sync/index.js';
 
 const FALLBACK = '2026-01-01T00:00:00.000Z';
 
@@ -175,4 +175,63 @@ test('sw1: a card seen for the first time becomes a character with its name and 
     assert.deepEqual(characterFromCard({ name: 'Seraphina', avatar: 'Seraphina.png', description: 'long card text' }), {
         name: 'Seraphina', aliases: [], sheet: {}, is_player: false,
     });
+});
+
+const CARDS = [{ avatar: 'Seraphina.png', name: 'Seraphina' }, { avatar: 'Luke.png', name: 'Luke' }];
+
+function here(fields) {
+    return { characters: CARDS, name2: 'Seraphina', getCurrentChatId: () => 'chat 1', chat: [], ...fields };
+}
+
+test('rv5: a chat\'s title is its group\'s name, or its character\'s', () => {
+    assert.equal(chatTitle(here({ characterId: 0 })), 'Seraphina');
+    assert.equal(chatTitle(here({ groupId: 7, groups: [{ id: '7', name: 'Party' }] })), 'Party', 'group ids compare as text');
+    assert.equal(chatTitle(here({ groupId: 'gone', groups: [] })), undefined);
+});
+
+test('rv9a: the speaker is the open chat\'s card, with the members and this chat\'s turn only', () => {
+    const turn = { id: 'turn-1', chatId: 'chat 1' };
+    assert.deepEqual(speakerNow(here({ characterId: 1 }), turn), {
+        chatId: 'chat 1', speakerId: 'Luke.png', memberIds: ['Luke.png'], turnId: 'turn-1',
+    });
+    assert.equal(speakerNow(here({ characterId: 1 }), { id: 'turn-9', chatId: 'chat 2' }).turnId, undefined);
+    assert.equal(speakerNow(here({ characterId: undefined }), turn), null, 'no card: nobody speaks');
+    assert.equal(speakerNow(here({ characterId: 0, getCurrentChatId: () => undefined }), turn), null, 'no chat open');
+});
+
+test('rv9b: the place names the chat\'s card, or in a group the member who replied last', () => {
+    const one = placeNow(here({ characterId: 0 }));
+    assert.deepEqual(one, {
+        chatId: 'chat 1', isGroup: false, memberIds: ['Seraphina.png'], characterId: 'Seraphina.png', lastSpeakerId: undefined,
+        characters: CARDS,
+    });
+    const chat = [
+        { is_user: false, original_avatar: 'Luke.png' }, { is_user: false, original_avatar: 'Seraphina.png' },
+        { is_user: true }, { is_system: true, original_avatar: 'Luke.png' },
+    ];
+    const group = placeNow(here({ groupId: 'g', groups: [{ id: 'g', members: ['Seraphina.png', 'Luke.png'] }], chat }));
+    assert.deepEqual([group.isGroup, group.characterId, group.lastSpeakerId], [true, undefined, 'Seraphina.png']);
+});
+
+test('dc2: the sync queue runs tasks in order; held ones wait for release, critical ones never do', async () => {
+    const done = [];
+    const errors = [];
+    const queue = new SyncQueue({ onSuccess: () => {}, onError: (error, what) => errors.push([what, error.message]) });
+    queue.hold(10000);
+    const held = queue.enqueue('upsert', async () => done.push('upsert'), { held: true });
+    const critical = queue.enqueue('rollback', async () => done.push('rollback'), { critical: 'c1' });
+    await queue.criticalDone('c1', 20);
+    assert.deepEqual(done, [], 'the critical task is queued behind the held one');
+    queue.release();
+    await critical;
+    assert.deepEqual(done, ['upsert', 'rollback']);
+    await held;
+    queue.hold(10000);
+    const critical2 = queue.enqueue('delete', async () => done.push('delete'), { critical: 'c1' });
+    await critical2;
+    assert.deepEqual(done.at(-1), 'delete', 'a critical task does not wait for the gate');
+    queue.release();
+    await queue.enqueue('broken', async () => { throw new Error('down'); });
+    assert.deepEqual(errors, [['broken', 'down']], 'a failure is reported, never thrown');
+    assert.equal(queue.critical.has('c1'), false, 'finished critical tasks are forgotten');
 });

@@ -1,10 +1,11 @@
 // ChatSync's network part against a fake sidecar: speaker ids and positions in the records, orphan
-// reconciliation, chat rename/delete, character rename (extension/src/sync.js, rename.js).
+// reconciliation, chat rename/delete, character rename (extension/src/sync/).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { ChatSync, ID_KEY, TURN_KEY, chatRecords, idsFromListing, orphanIds, speakerOf, toRecord } from '../../extension/src/sync.js';
-import { characterCopy, memoryMoves } from '../../extension/src/rename.js';
+import {
+    ChatSync, ID_KEY, TURN_KEY, characterCopy, chatRecords, idsFromListing, memoryMoves, orphanIds, speakerOf, toRecord,
+} from '../../extension/src/sync/index.js';
 import { FakeSidecar } from './fake_sidecar.js';
 
 const DATE = '2026-01-01T00:00:00.000Z';
@@ -171,7 +172,7 @@ test('rv6: a renamed card moves its character and memories to the new id before 
     assert.equal(m('m2').character_id, 'Seraphine.png');
     assert.deepEqual(m('m3').known_by, ['Seraphine.png', 'Luke.png']);
     assert.equal(m('m4').character_id, 'Luke.png');
-    assert.ok(s.sync.knownCharacters.has('Seraphine.png'));
+    assert.ok(s.sync.cast.knownCharacters.has('Seraphine.png'));
 });
 
 test('rv6: the move plan only touches memories naming the old id, as a person\'s edit', () => {

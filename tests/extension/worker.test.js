@@ -4,7 +4,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { SidecarError } from '../../extension/src/client.js';
-import { JobWorker, generateRawArgs, isJobLevel, jobFrom, schemaName } from '../../extension/src/worker.js';
+import { DEFAULTS } from '../../extension/src/settings.js';
+import { JobWorker, generateRawArgs, isJobLevel, jobFrom, pageWorker, schemaName, workerWanted } from '../../extension/src/worker.js';
 import { FakeSidecar, outage } from './fake_sidecar.js';
 
 /** Manual time: `advance(ms)` runs due timers in order and awaits what they started. */
@@ -211,4 +212,46 @@ test('dc2: a malformed answer the sidecar refused (422) or a job that moved on (
     assert.deepEqual(s.sidecar.completed.map(c => c.id), ['j2']);
     assert.equal(isJobLevel(new SidecarError({ status: 409, code: 'job_not_running', message: '' })), true);
     assert.equal(isJobLevel(new SidecarError({ status: 401, code: 'unauthorized', message: '' })), false);
+});
+
+test('dc2: the page runs jobs only when on, in SillyTavern\'s-connection mode, and the sidecar has the job routes', () => {
+    const jobs = { has: (name) => name === 'jobs' };
+    const none = { has: () => false };
+    assert.equal(workerWanted({ enabled: true, llmMode: 'sillytavern' }, jobs), true);
+    assert.equal(workerWanted({ enabled: false, llmMode: 'sillytavern' }, jobs), false);
+    assert.equal(workerWanted({ enabled: true, llmMode: 'sidecar' }, jobs), false);
+    assert.equal(workerWanted({ enabled: true, llmMode: 'sillytavern' }, none), false);
+});
+
+test('dc2: the page\'s worker claims from the sidecar, generates with generateRaw and reads its limits from the settings', async () => {
+    const sidecar = new FakeSidecar();
+    sidecar.failJob = async (...args) => { sidecar.calls.push(['failJob', ...args]); return {}; };
+    sidecar.jobs.push(JOB('j1'), JOB('j2', 'breaks'));
+    const settings = { ...DEFAULTS, enabled: true, llmMode: 'sillytavern', workerIdleMs: 7, jobJsonSchema: true };
+    const toasts = [];
+    const worker = pageWorker({
+        getClient: () => sidecar,
+        getContext: () => ({ generateRaw: async (args) => { if (args.prompt === 'breaks') throw new Error('model down'); return `done: ${args.prompt}`; } }),
+        getSettings: () => settings,
+        features: { has: () => true },
+        isGenerating: () => false,
+        toast: (...args) => toasts.push(args),
+    });
+    assert.equal(worker.deps.isActive(), true);
+    assert.equal(worker.idleMs(), 7);
+    assert.equal(worker.deps.useSchema(), true);
+    assert.equal(await worker.runOne(), 250);
+    assert.deepEqual(sidecar.completed, [{ id: 'j1', text: 'done: the chunk', attempt: 1 }]);
+    await assert.rejects(worker.runOne(), /model down/);
+    assert.deepEqual(sidecar.calls.at(-1), ['failJob', 'j2', 'model down', { retryable: true, attempt: 1 }], 'the job is handed back');
+    const error = console.error;
+    console.error = () => {};
+    try {
+        worker.deps.onStop(new Error('model down'));
+    } finally {
+        console.error = error;
+    }
+    assert.equal(toasts.length, 1);
+    assert.deepEqual([toasts[0][0], toasts[0][2]], ['error', { timeOut: 0 }], 'it stays until read');
+    assert.match(toasts[0][1], /Background jobs stopped: model down/);
 });

@@ -4,7 +4,7 @@
 // (window.chronicler.stats.lastReport, from POST /v1/context); names items through GET /v1/memories
 // and GET /v1/lore when the report cites them.
 
-import { messageId } from '../sync.js';
+import { messageId } from '../sync/index.js';
 import { DYNAMIC_SECTIONS, QUIET_REASONS, budgetSegments, entryGroups, entryName, reasonLabel, reportSections } from './budget.js';
 import { append, button, clear, el } from './dom.js';
 import { describeError } from './memory_model.js';

@@ -3,7 +3,8 @@
 // gets the same small context object (`PanelContext`): the sidecar client, SillyTavern's
 // context, the current chat, names of characters, confirmations and toasts.
 
-import { chatMembers } from '../sync.js';
+import { escapeHtml } from '../html.js';
+import { chatMembers, chatTitle } from '../sync/index.js';
 import { createCharactersTab } from './characters.js';
 import { createContextTab } from './context.js';
 import { el, icon, newId } from './dom.js';
@@ -12,7 +13,6 @@ import { createLoreTab } from './lore.js';
 import { createMemoriesTab } from './memories.js';
 import { startPick } from './pick.js';
 import { createSummariesTab } from './summaries.js';
-import { escapeHtml } from './text.js';
 
 export const TABS = Object.freeze([
     { id: 'memories', label: 'Memories', icon: 'fa-brain', create: createMemoriesTab },
@@ -42,7 +42,7 @@ function makeContext(deps, panel) {
             const c = deps.getContext();
             const chatId = c.getCurrentChatId?.() ?? null;
             const { isGroup, memberIds } = chatId ? chatMembers(c) : { isGroup: false, memberIds: [] };
-            const title = c.groupId ? (c.groups ?? []).find((g) => String(g.id) === String(c.groupId))?.name : c.name2;
+            const title = chatTitle(c);
             return { chatId, isGroup, memberIds, title: chatId ? String(title ?? chatId) : '' };
         },
         /** Sidecar characters (id -> record), loaded once per panel opening. */

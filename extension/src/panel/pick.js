@@ -2,7 +2,7 @@
 // checkbox; at most 20 may be picked (the 21st is refused, with a message); then "keep raw text"
 // or "extract with the model" makes drafts, reviewed in drafts.js and saved pinned.
 
-import { messageId } from '../sync.js';
+import { messageId } from '../sync/index.js';
 import { button, el, messageLine, setDisabled } from './dom.js';
 import { openReview } from './drafts.js';
 import { SelectionSet, rawDrafts } from './drafts_model.js';

@@ -4,7 +4,7 @@
 // Routes: GET /v1/chats/{id}/summaries, PATCH /v1/summaries/{id}, POST /v1/chats/{id}/summaries/rebuild,
 // GET /v1/chats/{id}/sessions, GET /v1/chats/{id}/sessions/{n}.
 
-import { messageId } from '../sync.js';
+import { messageId } from '../sync/index.js';
 import { autoGrow, button, charCounter, clear, el, messageLine, onEscape, setDisabled } from './dom.js';
 import { describeError, routeUnavailable } from './memory_model.js';
 import { ago, plural } from './text.js';

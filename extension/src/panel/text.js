@@ -1,17 +1,5 @@
 // Small pure text helpers shared by the panel's modules (node-testable).
 
-const HTML_ESCAPES = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
-
-/**
- * Escape text for an HTML template or for toastr (which renders its message as HTML).
- * Memory text, names and lore are untrusted: they never reach innerHTML unescaped.
- * @param {unknown} value
- * @returns {string}
- */
-export function escapeHtml(value) {
-    return String(value ?? '').replace(/[&<>"']/g, (c) => HTML_ESCAPES[c]);
-}
-
 /** Whitespace collapsed to single spaces, trimmed. */
 export function squash(text) {
     return String(text ?? '').replace(/\s+/g, ' ').trim();
