@@ -56,6 +56,3 @@ class Unprocessable(ChroniclerError):
 class ServiceUnavailable(ChroniclerError):
     status = 503
 
-
-class InsufficientStorage(ChroniclerError):
-    status = 507

@@ -433,17 +433,3 @@ def parse_character_card(card: Any) -> CardDraft:
                          "unmapped": unmapped}}
     return CardDraft(name=name[:200], aliases=aliases, sheet=sheet, metadata=metadata, lore=lore,
                      not_mapped=not_mapped, spec=spec)
-
-
-def build_png(card: dict[str, Any], keyword: str = "chara", width: int = 1, height: int = 1) -> bytes:
-    """A minimal valid PNG (one grey pixel) carrying a card in a text chunk, as SillyTavern writes
-    them. Used by tests and by anyone exporting a sheet back as a card."""
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(
-            ">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit greyscale
-    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
-    text = base64.b64encode(json.dumps(card, ensure_ascii=False).encode("utf-8"))
-    return (PNG_SIGNATURE + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows))
-            + chunk(b"tEXt", keyword.encode("latin-1") + b"\0" + text) + chunk(b"IEND", b""))
