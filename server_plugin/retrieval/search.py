@@ -39,7 +39,6 @@ def params_of(settings: Any) -> R.RankingParams:
         w_dense_sent=s.search_w_dense_sent, w_speaker=s.search_w_speaker, w_session=s.search_w_session,
         w_temporal=s.search_w_temporal, w_length=s.search_w_length, w_date=s.search_w_date,
         date_after_days=s.search_date_after_days, date_tau_days=s.search_date_tau_days,
-        w_recency=s.search_w_recency, w_importance=s.search_w_importance,
         query_person=s.search_query_person)
 
 
