@@ -240,7 +240,7 @@ def import_chat(args: argparse.Namespace) -> int:
             return 3
         svc = build_services(settings)
         try:
-            svc.embedder.wait(float(settings.embedder_wait_seconds))
+            svc.embedder.wait(settings.embedder_wait_seconds)
             report = chat_file.run(plan, chat_file.LocalSink(svc), args.batch_size, progress)
         finally:
             svc.db.close()

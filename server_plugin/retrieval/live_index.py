@@ -384,7 +384,7 @@ class SearchState:
     # -- keeping current -------------------------------------------------------------------------
     def _weights(self) -> tuple[float, float]:
         s = self.svc.settings
-        return (float(s.search_window_w1), float(s.search_window_w2))
+        return (s.search_window_w1, s.search_window_w2)
 
     def load(self) -> None:
         """Build the index (at start-up, or on the first query without a background thread)."""
@@ -428,7 +428,7 @@ class SearchState:
             return
         with self.lock:
             live = self.current()
-            rebuild = live.n and live.dead / live.n > float(self.svc.settings.search_rebuild_share)
+            rebuild = live.n and live.dead / live.n > self.svc.settings.search_rebuild_share
         if rebuild:
             fresh = build(self.svc.db, self._weights())
             with self.lock:

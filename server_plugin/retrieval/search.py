@@ -85,7 +85,7 @@ def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: 
     if vector is None:
         vector = query_vector(svc, query, chat_id)
     prepared = R.prepare_query(query, cast, vector, params)
-    k = max(0, min(int(k), int(svc.settings.search_max_k)))
+    k = max(0, min(int(k), svc.settings.search_max_k))
     scopes = visibility.readable_scopes(svc.db.reader(), viewer_id) if viewer_id is not None else ()
     with state.lock:
         live = state.current()

@@ -98,14 +98,14 @@ def list_lore(svc: Services, *, q: str | None = None, source: str | None = None,
 def _check(svc: Services, entry: dict[str, Any], where: str = "") -> None:
     """Limits a person can act on (422): text size, trigger count and length."""
     at = f" ({where})" if where else ""
-    limit = int(svc.settings.lore_max_chars)
+    limit = svc.settings.lore_max_chars
     text = entry["text"]
     if not text.strip():
         raise Unprocessable("text_empty", f"A lore entry needs some text{at}.")
     if len(text) > limit:
         raise Unprocessable("text_too_long", f"A lore entry holds at most {limit} characters; this "
                             f"one has {len(text)}{at}.", [{"max": limit, "length": len(text)}])
-    most = int(svc.settings.lore_max_triggers)
+    most = svc.settings.lore_max_triggers
     if len(entry["triggers"]) > most:
         raise Unprocessable("too_many_triggers", f"A lore entry has at most {most} triggers; this "
                             f"one has {len(entry['triggers'])}{at}.", [{"max": most}])
@@ -213,7 +213,7 @@ def prepare_drafts(svc: Services, drafts: Sequence[LoreDraft],
     Returns (draft, entry or None when skipped, prepared vector or None). Raises 422 naming the
     first entry over a limit: an import is all or nothing.
     """
-    if len(drafts) > int(svc.settings.lore_import_max_entries):
+    if len(drafts) > svc.settings.lore_import_max_entries:
         raise Unprocessable("too_many_entries", f"An import holds at most "
                             f"{svc.settings.lore_import_max_entries} entries; this one has {len(drafts)}.")
     checked = []
