@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..services import Services
+from ..settings import Settings
 from ..store.db import loads
 from . import docs as index
 from . import live_index, visibility
@@ -28,8 +29,8 @@ log = logging.getLogger(__name__)
 KINDS = ("message", "memory", "character_memory", "scene_summary", "session_summary", "lore")
 
 
-def params_of(settings: Any) -> R.RankingParams:
-    """The ranking weights from the `search_*` settings."""
+def params_of(settings: Settings) -> R.RankingParams:
+    """The ranking weights from the `search_*` settings (the only place they are kept)."""
     s = settings
     return R.RankingParams(
         k1=s.search_k1, b=s.search_b, neighbour_weights=(s.search_neighbour_w1, s.search_neighbour_w2),

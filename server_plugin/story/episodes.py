@@ -262,13 +262,13 @@ def _check(svc: Services, conn: Connection, job: queue.Job, result: Any) -> extr
 def _prepare(svc: Services, job: queue.Job, result: Any) -> dict[str, docs.Prepared]:
     """Embed the items' texts before the write transaction (the check is repeated inside it)."""
     texts = [_render_row(r) for r in _check(svc, svc.db.reader(), job, result).rows]
-    return {p.text: p for p in docs.prepare(svc.embedder, texts, svc.embed_wait())} if texts else {}
+    return {p.text: p for p in docs.prepare(svc, texts, keep_names=True)} if texts else {}
 
 
 def _vector(svc: Services, prepared: dict[str, docs.Prepared], text: str) -> docs.Prepared:
     # A message edited between prepare and apply changes a text: embed it now (rare).
     if text not in prepared:
-        prepared[text] = docs.prepare(svc.embedder, [text], svc.embed_wait())[0]
+        prepared[text] = docs.prepare(svc, [text], keep_names=True)[0]
     return prepared[text]
 
 
@@ -309,7 +309,7 @@ def _set_quotes(svc: Services, conn: Connection, row: Any, quotes: list[dict[str
     new = conn.execute("SELECT * FROM episodes WHERE id=?", (row["id"],)).fetchone()
     text = render(new)
     if text != render(row):
-        docs.put(conn, new["kind"], new["id"], docs.prepare(svc.embedder, [text], svc.embed_wait())[0],
+        docs.put(conn, new["kind"], new["id"], docs.prepare(svc, [text], keep_names=True)[0],
                   created_at=new["created_at"], chat_id=new["chat_id"],
                   character_id=new["character_id"], known_by=loads(new["known_by"]))
 
