@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import MISSING, fields
 
 import pytest
 
+from server_plugin.core.assemble import Rules
+from server_plugin.retrieval.ranking import RankingParams
+from server_plugin.retrieval.search import params_of
 from server_plugin.settings import (
     ALL_SETTINGS,
     ENV_PREFIX,
@@ -17,6 +21,7 @@ from server_plugin.settings import (
     defaults,
     load_settings,
 )
+from server_plugin.story.context import rules_from
 
 
 def test_every_setting_has_a_default_and_a_sentence():
@@ -173,3 +178,12 @@ def test_a_retired_name_is_accepted_ignored_and_warned_about(tmp_path, caplog, n
     with pytest.raises(SettingsError, match=name):
         load_settings({"data_dir": str(tmp_path / "none"), name: "high"}, environ={})
 
+
+def test_the_tuned_numbers_have_no_second_copy_in_the_modules():
+    """The ranker's weights and the assembler's QS numbers are built from the table only."""
+    for cls in (RankingParams, Rules):
+        with_default = {f.name for f in fields(cls) if f.default is not MISSING}
+        assert with_default <= {"bigrams", "bigram_weight"}, (cls.__name__, with_default)
+    shipped = defaults()
+    assert params_of(shipped).w_bm25 == shipped.search_w_bm25
+    assert rules_from(shipped).context_required_percent == shipped.context_required_percent
