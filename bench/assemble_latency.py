@@ -90,7 +90,7 @@ def fill_memories(svc, rnd: random.Random) -> int:
     for scope, cid, unpinned, pinned in plan:
         texts += [(scope, cid, p, sentence(rnd, rnd.randint(8, 30)))
                   for p in [True] * pinned + [False] * unpinned]
-    svc.embedder.embed([t for *_, t in texts])  # one batch: the creates below hit the cache
+    svc.embedder.embed([t for *_, t in texts], svc.embed_wait())  # one batch: the creates below hit the cache
     for scope, cid, pinned, text in texts:
         memories.create(svc, {"text": text, "scope": scope, "character_id": cid, "pinned": pinned,
                               "actor": "user", "chat_id": CHAT})
@@ -118,7 +118,7 @@ def fill_messages(svc, rnd: random.Random, count: int = 10_000) -> str:
 def fill_character_memories(svc, rnd: random.Random, members: list[str]) -> None:
     """300 SW4 character memories, as search documents of kind "character_memory"."""
     texts = [sentence(rnd, rnd.randint(20, 50)) for _ in range(300)]
-    vectors = index.prepare(svc.embedder, texts)
+    vectors = index.prepare(svc, texts, keep_names=True)
     now = svc.clock.iso()
     with svc.db.write() as conn:
         for i, prepared in enumerate(vectors):
@@ -160,19 +160,20 @@ def actions(rnd: random.Random, n: int) -> list[str]:
 
 def floor_model():
     """The same model, loaded in this process, to time one query embedding alone (the floor)."""
-    from server_plugin.retrieval.embeddings import Embedder
+    from server_plugin.retrieval.embeddings import from_settings
+    from server_plugin.settings import defaults
 
-    model = Embedder().start_loading()
+    model = from_settings(defaults()).start_loading()
     model.wait(120)
     for i in range(10):
-        model.embed_one(f"warm up {i}")
+        model.embed_one(f"warm up {i}", 120)
     return model
 
 
 def embed_ms(model, text: str) -> tuple[float, float]:
     """Wall and CPU milliseconds of one new query embedding."""
     started, cpu = time.perf_counter(), time.process_time()
-    model.embed_one(text)
+    model.embed_one(text, 120)
     return (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000
 
 

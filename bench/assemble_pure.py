@@ -14,6 +14,8 @@ import time
 
 from server_plugin.core.assemble import Candidates, Card, Item, LastAction, Message, assemble
 from server_plugin.core.tokens import get_counter
+from server_plugin.settings import defaults
+from server_plugin.story.context import rules_from
 
 
 def campaign(seed: int = 1) -> Candidates:
@@ -41,13 +43,14 @@ def campaign(seed: int = 1) -> Candidates:
 
 def main() -> None:
     counter = get_counter()
+    rules = rules_from(defaults())  # the shipped QS numbers
     c = campaign()
     for ctx in (4000, 8000, 16000, 32000, 128000):
-        assemble(c, ctx, counter)  # warm the counter's cache, as every later turn is
+        assemble(c, ctx, counter, rules=rules)  # warm the counter's cache, as every later turn is
         times = []
         for _ in range(50):
             t0 = time.perf_counter()
-            out = assemble(c, ctx, counter)
+            out = assemble(c, ctx, counter, rules=rules)
             times.append((time.perf_counter() - t0) * 1000)
         times.sort()
         print(f"context {ctx:>6}: p50 {statistics.median(times):.2f} ms, p95 {times[47]:.2f} ms, "

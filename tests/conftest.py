@@ -16,8 +16,8 @@ import pytest  # noqa: E402
 from server_plugin.api.schemas import default_schemas  # noqa: E402
 from server_plugin.app import build_services, create_app  # noqa: E402
 from server_plugin.clock import FakeClock  # noqa: E402
-from server_plugin.retrieval.embeddings import Embedder  # noqa: E402
-from server_plugin.settings import load_settings  # noqa: E402
+from server_plugin.retrieval.embeddings import Embedder, from_settings  # noqa: E402
+from server_plugin.settings import defaults, load_settings  # noqa: E402
 
 TOKEN = "test-token-0123456789"
 ST_ORIGIN = "http://127.0.0.1:8000"
@@ -27,7 +27,7 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
     """The real packaged MiniLM, loaded once for the whole run."""
-    model = Embedder().start_loading()
+    model = from_settings(defaults()).start_loading()
     model.wait(120)
     return model
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from server_plugin.core.assemble import (
     DYNAMIC,
     REQUIRED,
+    Assembly,
     Candidates,
     Card,
     CardStats,
@@ -23,12 +24,21 @@ from server_plugin.core.assemble import (
     LastAction,
     Message,
     Placement,
-    Rules,
-    assemble,
 )
+from server_plugin.core.assemble import assemble as assemble_with
 from server_plugin.core.tokens import get_counter
+from server_plugin.settings import defaults
+from server_plugin.story.context import rules_from
 
 C = get_counter()
+RULES = rules_from(defaults())  # the shipped QS numbers: 70%, 25%, 50%, 4 / 100 / 500
+
+
+def assemble(candidates: Candidates, context_tokens: int, counter, **options) -> Assembly:
+    """The assembler with the shipped rules, unless a test gives its own."""
+    return assemble_with(candidates, context_tokens, counter, **{"rules": RULES, **options})
+
+
 BIG = 100_000
 # QS3 and issue 5: the order in which Required items are kept when they pass the 70% cap
 # (written out here, not imported, so a change of order in the code fails the tests).
@@ -517,7 +527,8 @@ def test_sw2_placement_can_be_overridden():
 
 def test_rules_are_parameters():
     """rules QS3/QS4: the percentages come from Rules (settings), not constants."""
-    rules = Rules(context_required_percent=50, context_cards_percent=10, context_history_percent=60)
+    rules = dataclasses.replace(RULES, context_required_percent=50, context_cards_percent=10,
+                                context_history_percent=60)
     out = assemble(one_turn(), 10 + 1000, C, rules=rules)
     assert out.required_cap == 505
     s = out.sections

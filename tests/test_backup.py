@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from server_plugin.cli import main
+from server_plugin.settings import defaults
 from server_plugin.store.backup import BackupError, backup_database, default_backup_path
 from tests.harness.client import Client
 from tests.harness.ledger import open_db, store_problems
@@ -30,7 +31,7 @@ def test_backup_copies_every_row_checked_and_private(api, services, tmp_path):
     """The copy opens on its own, passes integrity_check, has the same rows, and is mode 0600."""
     ids = [_memory(api, f"Fact {i}: the tower has {i} bells.") for i in range(5)]
     out = tmp_path / "copies" / "campaign.sqlite3"
-    result = backup_database(Path(services.db.path), out)
+    result = backup_database(Path(services.db.path), out, busy_timeout_ms=services.settings.busy_timeout_ms)
     assert result.path == out and result.counts["memories"] == 5
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o600
     assert not out.with_name(out.name + ".part").exists() and not Path(str(out) + "-wal").exists()
@@ -43,7 +44,8 @@ def test_backup_copies_every_row_checked_and_private(api, services, tmp_path):
 
 def test_backup_of_a_missing_store_says_so_and_writes_nothing(tmp_path):
     with pytest.raises(BackupError, match="no Chronicler database"):
-        backup_database(tmp_path / "nothing.sqlite3", tmp_path / "out.sqlite3")
+        backup_database(tmp_path / "nothing.sqlite3", tmp_path / "out.sqlite3",
+                        busy_timeout_ms=defaults().busy_timeout_ms)
     assert list(tmp_path.iterdir()) == []
 
 

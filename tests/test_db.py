@@ -7,13 +7,15 @@ import threading
 import pytest
 from conftest import expect_error
 
+from server_plugin.app import open_store
 from server_plugin.retrieval import docs as index
+from server_plugin.settings import defaults
 from server_plugin.store import migrations
-from server_plugin.store.db import Database, StorageFull, sqlite3
+from server_plugin.store.db import sqlite3
 
 
 def test_sqlite_module_can_load_extensions_and_has_vec_and_fts5(tmp_path):
-    db = Database(tmp_path / "x.db")
+    db = open_store(tmp_path / "x.db", defaults(), migrate=False)
     conn = db.reader()
     assert hasattr(sqlite3.Connection, "enable_load_extension")
     assert conn.execute("SELECT vec_version()").fetchone()[0].startswith("v")
@@ -23,7 +25,7 @@ def test_sqlite_module_can_load_extensions_and_has_vec_and_fts5(tmp_path):
 
 
 def test_migrations_are_numbered_recorded_and_applied_once(tmp_path):
-    db = Database(tmp_path / "x.db")
+    db = open_store(tmp_path / "x.db", defaults(), migrate=False)
     first = migrations.migrate(db)
     assert first == [n for n, _ in migrations.MIGRATIONS]
     assert migrations.migrate(db) == []
@@ -33,7 +35,7 @@ def test_migrations_are_numbered_recorded_and_applied_once(tmp_path):
 
 
 def test_a_failing_migration_leaves_nothing_behind(tmp_path, monkeypatch):
-    db = Database(tmp_path / "x.db")
+    db = open_store(tmp_path / "x.db", defaults(), migrate=False)
     migrations.migrate(db)
 
     def broken(conn):
@@ -51,7 +53,7 @@ def test_a_failing_migration_leaves_nothing_behind(tmp_path, monkeypatch):
 
 def test_write_is_all_or_nothing_row_text_and_vector(services):
     """A logical write (row + full-text + vector) commits together or not at all."""
-    prepared = index.prepare(services.embedder, ["a fact"])[0]
+    prepared = index.prepare(services, ["a fact"], keep_names=True)[0]
     with pytest.raises(RuntimeError):
         with services.db.write() as conn:
             index.put(conn, "memory", "m1", prepared, created_at="2026-01-01T00:00:00.000000Z")

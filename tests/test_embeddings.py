@@ -9,6 +9,8 @@ import numpy as np
 
 from server_plugin import priority
 
+WAIT = 60.0  # seconds; the session's model is loaded before any test, so nothing waits
+
 
 def test_a_request_embedding_goes_before_the_rest_of_a_background_batch(embedder):
     """A job embedding 400 texts in the background does not hold a request's one query until the
@@ -25,7 +27,7 @@ def test_a_request_embedding_goes_before_the_rest_of_a_background_batch(embedder
 
     def job() -> None:
         with priority.background():
-            embedder.embed(texts)
+            embedder.embed(texts, WAIT)
         order.append("background batch")
 
     embedder._model.encode = watched_encode
@@ -33,7 +35,7 @@ def test_a_request_embedding_goes_before_the_rest_of_a_background_batch(embedder
         worker = threading.Thread(target=job)
         worker.start()
         assert started.wait(30)
-        vector = embedder.embed_one("Where did Ayla hide the lantern? (a request)")
+        vector = embedder.embed_one("Where did Ayla hide the lantern? (a request)", WAIT)
         order.append("request")
         worker.join(120)
     finally:
@@ -46,9 +48,9 @@ def test_background_chunks_give_the_same_vectors_as_one_batch(embedder):
     """Embedding in chunks changes nothing in the vectors (each text is embedded alone)."""
     texts = [f"Chunked text number {i}: the ferry left at dawn." for i in range(20)]
     with priority.background():
-        chunked = embedder.embed(texts)
+        chunked = embedder.embed(texts, WAIT)
     embedder._cache.clear()
-    whole = embedder.embed(texts)
+    whole = embedder.embed(texts, WAIT)
     assert np.allclose(chunked, whole, atol=1e-5)
 
 

@@ -77,9 +77,10 @@ def test_the_worker_and_background_embedding_step_aside_before_each_step(service
     calls: list[float] = []
     monkeypatch.setattr(priority, "step_aside", lambda max_wait: calls.append(max_wait) or 0.0)
     with priority.background():
-        embedder.embed([f"step aside text {i}" for i in range(2 * embedder.background_chunk)])
+        embedder.embed([f"step aside text {i}" for i in range(2 * embedder.background_chunk)],
+                       services.embed_wait())
     assert len(calls) == 2
-    embedder.embed(["a request's own text is embedded at once"])
+    embedder.embed(["a request's own text is embedded at once"], services.embed_wait())
     assert len(calls) == 2
     thread = worker.Worker(services)
     thread.start()

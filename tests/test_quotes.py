@@ -89,7 +89,7 @@ def test_sw8_wrapping_marks_and_final_punctuation_are_forgiven():
 
 
 def test_sw8_empty_and_overlong_quotes_are_dropped():
-    """rule SW8: an empty quote or one longer than quote_max_chars is not a line someone said."""
+    """rule SW8: an empty quote or one longer than DEFAULT_MAX_QUOTE_CHARS is not a line someone said."""
     long_src = "word " * 300
     check = verify_quotes([Quote("A", "  \u201c\u201d ", "m1"), Quote("A", long_src.strip(), "m1")],
                           {"m1": long_src}, max_chars=500)

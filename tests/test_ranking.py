@@ -11,6 +11,10 @@ import numpy as np
 import pytest
 
 from server_plugin.retrieval import ranking as R
+from server_plugin.retrieval.search import params_of
+from server_plugin.settings import defaults
+
+SHIPPED = params_of(defaults())  # the tuned weights, as the search_* settings ship them
 
 OFF = dict(w_bm25=0.0, w_dense=0.0, w_dense_win1=0.0, w_dense_win2=0.0, w_dense_sent=0.0,
            w_speaker=0.0, w_session=0.0, w_temporal=0.0, w_length=0.0, w_date=0.0)
@@ -63,11 +67,11 @@ def test_sw6_dense_text_removes_names(cast):
 
 def test_sw6_query_rewritten_to_first_person(cast):
     """rule SW6: "When did Mel go camping?" is embedded as "When did I go camping?"."""
-    assert R.rewrite_query("When did Mel go camping?", cast) == "When did I go camping?"
-    assert R.rewrite_query("What is Melanie's identity?", cast) == "What is my identity?"
-    assert R.rewrite_query("What did Bren give to Ayla?", cast) == "What did I give to them?"
+    assert R.rewrite_query("When did Mel go camping?", cast, "first_person") == "When did I go camping?"
+    assert R.rewrite_query("What is Melanie's identity?", cast, "first_person") == "What is my identity?"
+    assert R.rewrite_query("What did Bren give to Ayla?", cast, "first_person") == "What did I give to them?"
     assert R.rewrite_query("When did Mel go camping?", cast, "strip") == "When did go camping?"
-    assert R.rewrite_query("Where is the key?", cast) == "Where is the key?"
+    assert R.rewrite_query("Where is the key?", cast, "first_person") == "Where is the key?"
 
 
 # --- time --------------------------------------------------------------------------------------
@@ -99,7 +103,8 @@ def test_sw6_date_prior_prefers_items_dated_at_or_just_after_the_span():
     fit = R.date_prior(days, [(day(2023, 5, 8), day(2023, 5, 8))], after=14, tau=7)
     assert fit[0] == pytest.approx(1.0) and fit[1] == pytest.approx(1.0)
     assert fit[2] < 0.01 and fit[3] < 0.01 and fit[4] == 0.0
-    year = R.date_prior(days[:1], [(day(2023, 1, 1), day(2023, 12, 31))])
+    year = R.date_prior(days[:1], [(day(2023, 1, 1), day(2023, 12, 31))],
+                        after=SHIPPED.date_after_days, tau=SHIPPED.date_tau_days)
     assert 0 < year[0] < 0.5  # a year-wide span is weak evidence
 
 
@@ -283,7 +288,7 @@ def test_sw9b_rank_with_mask_equals_rank_of_the_visible_items():
     mask = np.array([4 <= i < 8 or i in (9, 11) for i in range(len(corpus))])
     keep = np.flatnonzero(mask)
     q = R.Query("key river", {"key": 1, "river": 1}, rng.normal(size=8).astype(np.float32), ("a",), True)
-    full = R.rank(corpus, q, R.RankingParams(), mask)
+    full = R.rank(corpus, q, SHIPPED, mask)
     assert np.all(np.isneginf(full[~mask]))
     gids = corpus.gids[keep]
     sub = R.Corpus(
@@ -293,7 +298,7 @@ def test_sw9b_rank_with_mask_equals_rank_of_the_visible_items():
         win1_norm=corpus.win1_norm[keep], win2_norm=corpus.win2_norm[keep],
         temporal=corpus.temporal[keep], content_len=corpus.content_len[keep], days=corpus.days[keep],
     )
-    assert np.allclose(full[mask], R.rank(sub, q, R.RankingParams()))
+    assert np.allclose(full[mask], R.rank(sub, q, SHIPPED))
 
 
 def test_sw6_speaker_prior_lifts_the_named_characters_messages():
@@ -301,8 +306,8 @@ def test_sw6_speaker_prior_lifts_the_named_characters_messages():
     rng = np.random.default_rng(3)
     corpus, _ = _toy_corpus(rng)
     vec = rng.normal(size=8).astype(np.float32)
-    plain = R.rank(corpus, R.Query("q", {"sword": 1}, vec), R.RankingParams())
-    named = R.rank(corpus, R.Query("q", {"sword": 1}, vec, named=("a",)), R.RankingParams())
+    plain = R.rank(corpus, R.Query("q", {"sword": 1}, vec), SHIPPED)
+    named = R.rank(corpus, R.Query("q", {"sword": 1}, vec, named=("a",)), SHIPPED)
     lift = named - plain
     is_a = np.array([s == "a" for s in corpus.speakers])
     # The session term re-normalises, so compare the lifts of the two speakers' messages.
@@ -317,7 +322,7 @@ def test_sw6_sentence_channel_takes_the_best_sentence():
                       gids=np.array([-1, -1]), speakers=[None, None],
                       sent_vectors=sent, sent_owner=np.array([1, 1]))
     q = R.Query("q", {}, np.array([0, 0, 1], dtype=np.float32))
-    ch = R.channel_scores(corpus, q, replace(R.RankingParams(), **OFF | dict(w_dense_sent=1.0)))
+    ch = R.channel_scores(corpus, q, replace(SHIPPED, **OFF | dict(w_dense_sent=1.0)))
     assert list(ch["dense_sent"]) == [0.0, 1.0]
 
 
@@ -326,7 +331,7 @@ def test_sw6_empty_corpus_ranks_nothing():
     corpus = R.Corpus(ids=[], terms=R.TermIndex.build([]), vectors=np.zeros((0, 3), np.float32),
                       gids=np.zeros(0, np.int64), speakers=[])
     q = R.Query("q", {"a": 1}, np.ones(3, np.float32))
-    assert len(R.rank(corpus, q)) == 0 and len(R.top_k(R.rank(corpus, q), 5)) == 0
+    assert len(R.rank(corpus, q, SHIPPED)) == 0 and len(R.top_k(R.rank(corpus, q, SHIPPED), 5)) == 0
 
 
 # --- hybrid beats each single method, with the real MiniLM ----------------------------------------
@@ -384,7 +389,7 @@ def test_sw6_hybrid_beats_bm25_alone_and_dense_alone(minilm):
         ids=[str(i) for i in range(len(DOCS))], terms=R.TermIndex.build([R.analyze(d) for d in DOCS]),
         vectors=vecs, gids=np.full(len(DOCS), -1), speakers=[None] * len(DOCS),
     )
-    base = replace(R.RankingParams(), **OFF)
+    base = replace(SHIPPED, **OFF)
     configs = {
         "bm25": replace(base, w_bm25=1.0),
         "dense": replace(base, w_dense=1.0),

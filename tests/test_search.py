@@ -9,13 +9,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from server_plugin.app import build_services
+from server_plugin.app import build_services, open_store
 from server_plugin.jobs import worker
 from server_plugin.retrieval import docs as index
 from server_plugin.retrieval import live_index, ranking, search
-from server_plugin.settings import SEARCH, load_settings
+from server_plugin.settings import SEARCH, defaults, load_settings
 from server_plugin.store import migrations
-from server_plugin.store.db import Database
 from tests.conftest import expect_error, expect_ok
 
 A, B, C = "ayla", "bren", "cato"
@@ -352,7 +351,7 @@ def test_sw6_names_are_taken_out_of_vectors_and_renames_re_embed(quiet, services
     assert second2["rev"] == second["rev"] and second2["cast_version"] == version  # no new vector
     vec = np.frombuffer(conn.execute("SELECT embedding FROM docs_vec WHERE rowid=?", (first2["id"],)
                                      ).fetchone()[0], dtype=np.float32)
-    expected = services.embedder.embed_one("cried in the hallway after the exam.")
+    expected = services.embedder.embed_one("cried in the hallway after the exam.", services.embed_wait())
     assert np.allclose(vec, expected, atol=1e-5)
     assert ids(find(quiet, "Yuki crying in the hallway"))[0] == "1"
     no_orphans(services)
@@ -405,7 +404,7 @@ def test_sw6_hybrid_beats_bm25_alone_and_dense_alone_through_the_store(api, serv
         assert api.put(f"/v1/characters/{cid}", json={"name": name}).status_code in (200, 201)
     made = [memory(api, text)["id"] for text in DOCS]
     configs = {"bm25": {**ONLY, "search_w_bm25": 1.0}, "dense": {**ONLY, "search_w_dense": 1.0},
-               "hybrid": {**ONLY, **{f"search_{w}": getattr(ranking.RankingParams(), w)
+               "hybrid": {**ONLY, **{f"search_{w}": getattr(search.params_of(settings), w)
                                      for w in ("w_bm25", "w_dense", "w_dense_sent")}}}
     ranks: dict[str, list[int]] = {}
     for name, weights in configs.items():
@@ -451,7 +450,6 @@ def loads_list(text: str) -> Any:
 def test_sw2_sw6_session_summaries_are_searchable_and_leave_with_their_chat(api, services):
     """rules SW2, SW6: an ended session's summary is indexed (known by the session's witnesses,
     citing the messages it quotes) and removed with its chat."""
-    from server_plugin.jobs import queue
 
     setup_cast(api)
     chat(api, "ca", [A])
@@ -472,7 +470,7 @@ def test_m003_backfills_items_indexed_before_it(tmp_path, embedder):
     """Migration m003 gives rows indexed under m001/m002 their placement and marks their BM25
     terms for the application, which analyses them when the store is opened (before it serves);
     their vectors (embedded with names, without passages) are redone by the background pass."""
-    db = Database(tmp_path / "old.sqlite3")
+    db = open_store(tmp_path / "old.sqlite3", defaults(), migrate=False)
     with db.write() as conn:
         conn.execute("CREATE TABLE schema_migrations (number INTEGER PRIMARY KEY, name TEXT NOT NULL,"
                      " applied_at TEXT NOT NULL)")
@@ -487,7 +485,7 @@ def test_m003_backfills_items_indexed_before_it(tmp_path, embedder):
                      " ('message', '1', 'c', 'Ayla, meet me at the mill.', '2024-01-02T00:00:00Z')")
         conn.execute("INSERT INTO docs_fts(rowid, text) VALUES (1, 'Ayla, meet me at the mill.')")
         conn.execute("INSERT INTO docs_vec(rowid, embedding) VALUES (1, ?)",
-                     (embedder.embed_one("Ayla, meet me at the mill.").tobytes(),))
+                     (embedder.embed_one("Ayla, meet me at the mill.", 60.0).tobytes(),))
     assert migrations.migrate(db) == [n for n, _ in migrations.MIGRATIONS[2:]]
     assert db.reader().execute("SELECT terms FROM docs").fetchone()[0] == index.UNANALYSED
     assert index.analyse_pending(db) == 1 and index.analyse_pending(db) == 0
@@ -497,7 +495,3 @@ def test_m003_backfills_items_indexed_before_it(tmp_path, embedder):
     assert index.orphans(db.reader()) == dict.fromkeys(index.orphans(db.reader()), 0)
     db.close()
 
-
-def test_search_settings_default_to_the_tuned_ranking_params(settings):
-    """rule SW6: every weight is a setting, and the defaults are ranking.RankingParams'."""
-    assert search.params_of(settings) == ranking.RankingParams()

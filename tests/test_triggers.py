@@ -6,13 +6,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server_plugin.core.assemble import LastAction, Message, scan_texts
-from server_plugin.core.triggers import (
-    CastMember,
-    ScanWindow,
-    normalize,
-    present_characters,
-    scan_window_size,
-)
+from server_plugin.core.triggers import CastMember, ScanWindow, normalize, present_characters
+from server_plugin.core.triggers import scan_window_size as scan_window_with
+from server_plugin.settings import defaults
+
+SHIPPED = defaults()
+
+
+def scan_window_size(card_tokens: int, **given: int) -> int:
+    """The scan window with the shipped card_scan_* settings; `given` replaces some."""
+    limits = {"min_actions": SHIPPED.card_scan_min_actions,
+              "tokens_per_action": SHIPPED.card_scan_tokens_per_action,
+              "threshold_tokens": SHIPPED.card_scan_threshold_tokens}
+    return scan_window_with(card_tokens, **{**limits, **given})
 
 
 def fires(trigger: str, text: str) -> bool:

@@ -6,8 +6,23 @@ from __future__ import annotations
 import pytest
 
 from server_plugin.core import window
+from server_plugin.settings import defaults
 from server_plugin.story import summaries
 from tests.chatkit import post, setup_chat
+
+SHIPPED = defaults()
+LIMITS = {"max_tokens": SHIPPED.live_window_max_tokens, "percent": SHIPPED.live_window_percent}
+
+
+def budget(context_tokens: int, **given: float) -> int:
+    """window.budget with the shipped settings (the numbers RV2 names); `given` replaces some."""
+    return window.budget(context_tokens, **{**LIMITS, **given})
+
+
+def size(newest_first: list[int], context_tokens: int, **given: float) -> int:
+    """window.size with the shipped settings; `given` replaces some."""
+    return window.size(newest_first, context_tokens,
+                       **{**LIMITS, "max_messages": SHIPPED.live_window_max_messages, **given})
 
 
 @pytest.mark.parametrize("context,expected", [
@@ -20,14 +35,14 @@ from tests.chatkit import post, setup_chat
 ])
 def test_rv2_budget_is_min_of_cap_and_quarter(context, expected):
     """rule RV2: the window's tokens are min(10,000, 25% of the model's context)."""
-    assert window.budget(context) == expected
+    assert budget(context) == expected
 
 
 def test_rv2_message_cap_of_50():
     """rule RV2: at most 50 messages, however much room the tokens leave."""
-    assert window.size([10] * 80, 128_000) == 50
-    assert window.size([200] * 80, 128_000) == 50  # 50 x 200 = 10,000: exactly full, 50 messages
-    assert window.size([201] * 80, 128_000) == 49  # the 50th would make 10,050
+    assert size([10] * 80, 128_000) == 50
+    assert size([200] * 80, 128_000) == 50  # 50 x 200 = 10,000: exactly full, 50 messages
+    assert size([201] * 80, 128_000) == 49  # the 50th would make 10,050
 
 
 @pytest.mark.parametrize("tokens,context,expected", [
@@ -39,27 +54,27 @@ def test_rv2_message_cap_of_50():
 ])
 def test_rv2_token_boundaries(tokens, context, expected):
     """rule RV2: messages are taken newest first while the total stays within the budget."""
-    assert window.size(tokens, context) == expected
+    assert size(tokens, context) == expected
 
 
 def test_rv2_window_never_grows_with_a_bigger_model():
     """rule RV2: beyond 40,000 tokens of context, the window is the same for every model."""
     counts = [150] * 200
-    sizes = {window.size(counts, ctx) for ctx in (40_000, 64_000, 128_000, 1_000_000)}
+    sizes = {size(counts, ctx) for ctx in (40_000, 64_000, 128_000, 1_000_000)}
     assert sizes == {50}
-    assert window.size([400] * 200, 40_000) == window.size([400] * 200, 1_000_000) == 25
+    assert size([400] * 200, 40_000) == size([400] * 200, 1_000_000) == 25
 
 
 def test_rv2_newest_message_is_always_live():
     """A single message larger than the budget still stays live (it is the turn being answered)."""
-    assert window.size([50_000, 10], 8192) == 1
-    assert window.size([], 8192) == 0
+    assert size([50_000, 10], 8192) == 1
+    assert size([], 8192) == 0
 
 
 def test_rv2_settings_change_the_three_numbers():
-    assert window.budget(10_000, max_tokens=1_000, percent=50) == 1_000
-    assert window.budget(1_000, max_tokens=1_000, percent=50) == 500
-    assert window.size([10] * 10, 100_000, max_messages=3) == 3
+    assert budget(10_000, max_tokens=1_000, percent=50) == 1_000
+    assert budget(1_000, max_tokens=1_000, percent=50) == 500
+    assert size([10] * 10, 100_000, max_messages=3) == 3
 
 
 @pytest.fixture

@@ -64,7 +64,7 @@ def _id_pattern() -> re.Pattern[str]:
 
 def path_id(value: str, what: str = "id") -> str:
     """A client id taken from the path, by the same rule as ids in bodies (API.md "Ids")."""
-    limit = int(svc().settings.max_id_length)
+    limit = svc().settings.max_id_length
     if not value or len(value) > limit or not _id_pattern().search(value):
         raise BadRequest("invalid_id", f"The {what} in the path must be 1 to {limit} characters, "
                          "without control characters or '/'.")

@@ -75,11 +75,11 @@ class Guard:
 
     def body_limit(self) -> int:
         if request.path.rstrip("/").endswith("/import"):
-            return int(self.settings.max_import_bytes)
+            return self.settings.max_import_bytes
         if request.method == "POST" and _MESSAGES_PATH.fullmatch(request.path):
             # A batch of long messages (100,000 characters each) must not turn into a 413.
-            return int(self.settings.max_messages_body_bytes)
-        return int(self.settings.max_body_bytes)
+            return self.settings.max_messages_body_bytes
+        return self.settings.max_body_bytes
 
     def read_body(self) -> None:
         """Check size and type of a body and parse it into g.json_body (None when there is none)."""
@@ -101,7 +101,7 @@ class Guard:
         charset = request.mimetype_params.get("charset", "utf-8").lower()
         if charset not in {"utf-8", "utf8"}:
             raise UnsupportedMediaType("unsupported_media_type", "JSON bodies must be UTF-8.")
-        g.json_body = parse_json(raw, int(self.settings.max_json_depth))
+        g.json_body = parse_json(raw, self.settings.max_json_depth)
 
 
 # --- strict JSON -----------------------------------------------------------------------------

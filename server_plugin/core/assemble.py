@@ -124,14 +124,15 @@ class Candidates:
 
 @dataclass(frozen=True)
 class Rules:
-    """The QS numbers. Field names are the settings' names."""
+    """The QS numbers. Field names are the settings' names; their values come from there (the
+    caller builds them, e.g. story/context.rules_from), so this module holds no second copy."""
 
-    context_required_percent: int = 70
-    context_cards_percent: int = 25
-    context_history_percent: int = 50  # with the memory bank off, history takes all the rest
-    card_scan_min_actions: int = 4
-    card_scan_tokens_per_action: int = 100
-    card_scan_threshold_tokens: int = 500
+    context_required_percent: int
+    context_cards_percent: int
+    context_history_percent: int  # with the memory bank off, history takes all the rest
+    card_scan_min_actions: int
+    card_scan_tokens_per_action: int
+    card_scan_threshold_tokens: int
 
 
 @dataclass(frozen=True)
@@ -694,7 +695,7 @@ def assemble(
     context_tokens: int,
     counter: TokenCounter,
     *,
-    rules: Rules = Rules(),
+    rules: Rules,
     placements: Mapping[str, Placement] | None = None,
     styles: Mapping[str, Style] | None = None,
     history_as_text: bool = False,

@@ -37,7 +37,9 @@ DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212-"
 ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff\u00ad"
 TRAILING_MARKS = ".,;:!?"
 
-DEFAULT_MAX_QUOTE_CHARS = 500  # setting quote_max_chars: longer "quotes" are passages, not lines
+# Part of what a quote is (SW8), not a limit to tune, so not a setting: a "quote" longer than this
+# is a passage, not a line someone said. Every verifier uses the same bound.
+DEFAULT_MAX_QUOTE_CHARS = 500
 
 
 @dataclass(frozen=True)

@@ -117,14 +117,15 @@ class TriggerIndex:
 
 def scan_window_size(
     card_tokens: int,
-    min_actions: int = 4,
-    tokens_per_action: int = 100,
-    threshold_tokens: int = 500,
+    min_actions: int,
+    tokens_per_action: int,
+    threshold_tokens: int,
 ) -> int:
     """How many latest actions are scanned for story-card triggers (rule QS6).
 
     At least `min_actions`; when more than `threshold_tokens` are available for story cards,
-    floor(available / tokens_per_action): 400 -> 4, 500 -> 4, 501 -> 5, 900 -> 9.
+    floor(available / tokens_per_action). With the shipped settings (card_scan_*: 4, 100, 500):
+    400 -> 4, 500 -> 4, 501 -> 5, 900 -> 9.
     """
     if card_tokens > threshold_tokens:
         return max(min_actions, card_tokens // tokens_per_action)

@@ -2,25 +2,23 @@
 
 The window is the newest messages within min(`max_tokens`, `percent`% of the model's context) and
 at most `max_messages` messages. A bigger model does not grow it past `max_tokens`: a larger
-context grows what fits around it (summaries, memories, lore), not the raw transcript.
+context grows what fits around it (summaries, memories, lore), not the raw transcript. The three
+limits are the settings live_window_max_tokens, live_window_percent and live_window_max_messages;
+callers pass them.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-MAX_TOKENS = 10_000  # setting live_window_max_tokens
-PERCENT = 25.0  # setting live_window_percent
-MAX_MESSAGES = 50  # setting live_window_max_messages
 
-
-def budget(context_tokens: int, *, max_tokens: int = MAX_TOKENS, percent: float = PERCENT) -> int:
+def budget(context_tokens: int, *, max_tokens: int, percent: float) -> int:
     """Tokens the live window may hold: min(max_tokens, floor(percent% of context_tokens))."""
     return max(0, min(int(max_tokens), int(context_tokens * percent // 100)))
 
 
-def size(newest_first: Sequence[int], context_tokens: int, *, max_tokens: int = MAX_TOKENS,
-         percent: float = PERCENT, max_messages: int = MAX_MESSAGES) -> int:
+def size(newest_first: Sequence[int], context_tokens: int, *, max_tokens: int, percent: float,
+         max_messages: int) -> int:
     """How many of the newest messages are live, given their token counts newest first.
 
     Messages are taken newest first while the total stays within `budget()` and the count within

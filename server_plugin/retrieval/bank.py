@@ -76,7 +76,7 @@ def bank_search(svc: Services, *, speaker_id: str, chat_id: str, member_ids: Seq
     (RV5) as in the per-turn set. A message is shown with its speaker's name
     (`speaker_names(message_ids)`). Empty while the index is still being built in the
     background: a turn does not wait for it."""
-    k = int(svc.settings.memory_bank_search_results)
+    k = svc.settings.memory_bank_search_results
     state = live_index.state_of(svc)
     if k <= 0 or not text.strip() or (state.thread is not None and not state.ready.is_set()):
         return []

@@ -32,13 +32,12 @@ from ..errors import Unprocessable
 from ..hooks import Hooks
 from ..store.db import Connection, Database, dumps, loads
 from . import ranking
-from .embeddings import Embedder
 
 if TYPE_CHECKING:
     from ..jobs.queue import JobKinds
+    from ..services import Services
 
 MAX_PASSAGES = 16  # passage rowids are doc id * MAX_PASSAGES + n
-DEFAULT_PASSAGE_MIN_WORDS = 16  # setting search_passage_min_words
 MONTHS = "January February March April May June July August September October November December".split()
 
 
@@ -48,7 +47,7 @@ class Prepared:
 
     `vector` is the embedding of the text with character names removed (`ranking.dense_text`
     with the store's cast of `cast_version`); `cast_version` -1 means the names were kept (the
-    caller gave a bare embedder), and search.py re-embeds such rows in the background.
+    caller asked `keep_names`), and search.py re-embeds such rows in the background.
     """
 
     text: str
@@ -102,34 +101,28 @@ def store_names(db: Database) -> tuple[int, Names]:
 
 
 # --- write time ------------------------------------------------------------------------------
-def prepare(source: Any, texts: Sequence[str], timeout: float | None = None) -> list[Prepared]:
+def prepare(svc: Services, texts: Sequence[str], timeout: float | None = None, *,
+            keep_names: bool = False) -> list[Prepared]:
     """Embed texts (in one batch) for later `put()` calls.
 
-    `source` is the Services (names of the store's characters are taken out of the texts before
-    embedding) or a bare Embedder (names kept; the vectors are replaced in the background).
+    Names of the store's characters are taken out of the texts before embedding, unless
+    `keep_names` (the vectors are then replaced in the background). Long texts get passages of
+    at least the setting search_passage_min_words; `timeout` defaults to `svc.embed_wait()`.
     """
-    embedder, cast, version, min_words = _source(source)
+    version, cast = (-1, None) if keep_names else store_cast(svc.db)
     if timeout is None:
-        timeout = float(source.embed_wait()) if hasattr(source, "embed_wait") else 60.0
+        timeout = svc.embed_wait()
+    min_words = svc.settings.search_passage_min_words
     dense = [t if cast is None else ranking.dense_text(t, cast) for t in texts]
     parts = [ranking.chunks(d, min_words=min_words, max_chunks=MAX_PASSAGES) for d in dense]
     extra = [p for ps in parts if len(ps) > 1 for p in ps]
-    vectors = embedder.embed(dense + extra, timeout=timeout) if texts else []
+    vectors = svc.embedder.embed(dense + extra, timeout=timeout) if texts else []
     out, at = [], len(dense)
     for i, text in enumerate(texts):
         n = len(parts[i]) if len(parts[i]) > 1 else 0
         out.append(Prepared(text, vectors[i], tuple(vectors[at:at + n]), dense_hash(dense[i]), version))
         at += n
     return out
-
-
-def _source(source: Any) -> tuple[Embedder, ranking.Cast | None, int, int]:
-    embedder = getattr(source, "embedder", None)
-    if embedder is None:
-        return source, None, -1, DEFAULT_PASSAGE_MIN_WORDS
-    version, cast = store_cast(source.db)
-    min_words = int(getattr(source.settings, "search_passage_min_words", DEFAULT_PASSAGE_MIN_WORDS))
-    return embedder, cast, version, min_words
 
 
 def day_label(created_at: str | None) -> str:

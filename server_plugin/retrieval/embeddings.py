@@ -12,11 +12,14 @@ import threading
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 
 from .. import priority
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 # Before torch/numpy start their thread pools: two pools on two cores fight (24 ms vs 12 ms a query).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -69,8 +72,8 @@ def packaged_model_path() -> str:
 class Embedder:
     """Loads the model in the background; embeds texts into unit-length float32 vectors."""
 
-    def __init__(self, model_path: str = "", dim: int = 384, cache_size: int = 4096,
-                 threads: int = 1, background_chunk: int = 8, step_aside_seconds: float = 1.0) -> None:
+    def __init__(self, model_path: str, *, threads: int, background_chunk: int, step_aside_seconds: float,
+                 dim: int = 384, cache_size: int = 4096) -> None:
         self.model_path = model_path
         self.threads = max(1, threads)
         self.model_name = os.path.basename(model_path.rstrip("/")) if model_path else PACKAGED_MODEL_NAME
@@ -132,7 +135,7 @@ class Embedder:
         if self.error:
             raise EmbedderNotReady(f"the embedding model failed to load: {self.error}")
 
-    def embed(self, texts: Sequence[str], timeout: float = 60.0) -> np.ndarray:
+    def embed(self, texts: Sequence[str], timeout: float) -> np.ndarray:
         """Unit vectors, one row per text (shape (n, dim), float32).
 
         Recently embedded texts come from a small cache: a query repeated every turn (the last
@@ -170,5 +173,14 @@ class Embedder:
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
 
-    def embed_one(self, text: str, timeout: float = 60.0) -> np.ndarray:
+    def embed_one(self, text: str, timeout: float) -> np.ndarray:
+        """The unit vector of one text (see `embed`)."""
         return self.embed([text], timeout)[0]
+
+
+def from_settings(settings: Settings) -> Embedder:
+    """The embedder the settings ask for (embedding_model, embed_threads, embed_background_chunk,
+    background_step_aside_seconds); not yet loading."""
+    return Embedder(settings.embedding_model, threads=settings.embed_threads,
+                    background_chunk=settings.embed_background_chunk,
+                    step_aside_seconds=settings.background_step_aside_seconds)

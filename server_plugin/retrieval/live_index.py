@@ -87,7 +87,7 @@ class _Postings:
         return found
 
 
-_COLUMNS = ("id, kind, chat_id, character_id, known_by, session_key, position, created_at, importance,"
+_COLUMNS = ("id, kind, chat_id, character_id, known_by, session_key, position, created_at,"
             " content_len, cues, terms, passages, cast_version")
 
 
@@ -95,17 +95,17 @@ _COLUMNS = ("id, kind, chat_id, character_id, known_by, session_key, position, c
 _FIELDS = {"doc_id": (np.int64, -1), "alive": (bool, False), "kind": (np.int32, -1),
            "chat": (np.int32, -1), "owner": (np.int64, -1), "known": (np.int32, -1),
            "gid": (np.int64, -1), "pos": (np.float64, np.nan), "day": (np.float64, np.nan),
-           "ts": (np.float64, 0.0), "importance": (np.float64, 3.0), "content_len": (np.float64, 0.0),
+           "content_len": (np.float64, 0.0),
            "cues": (np.float64, 0.0), "doc_len": (np.float64, 0.0), "win1": (np.float64, 1.0),
            "win2": (np.float64, 1.0)}
 
 
-def _day_and_ts(created_at: str | None) -> tuple[float, float]:
+def _day(created_at: str | None) -> float:
     try:
         moment = datetime.fromisoformat((created_at or "").replace("Z", "+00:00"))
     except ValueError:
-        return np.nan, 0.0
-    return float(date(moment.year, moment.month, moment.day).toordinal()), moment.timestamp()
+        return np.nan
+    return float(date(moment.year, moment.month, moment.day).toordinal())
 
 
 class LiveIndex:
@@ -116,7 +116,7 @@ class LiveIndex:
     previous-1, next-1, previous-2, next-2, as `ranking.neighbour_index`).
     """
 
-    def __init__(self, window_weights: Sequence[float] = (1.0, 0.6), capacity: int = 1024) -> None:
+    def __init__(self, window_weights: Sequence[float], capacity: int = 1024) -> None:
         self.window_weights = tuple(window_weights)
         self.n = 0
         self.dead = 0
@@ -162,7 +162,6 @@ class LiveIndex:
         self._reserve(1, len(passages))
         i, a = self.n, self.a
         self.n += 1
-        day, ts = _day_and_ts(row["created_at"])
         known = loads(row["known_by"])
         a["doc_id"][i] = row["id"]
         a["alive"][i] = True
@@ -172,8 +171,7 @@ class LiveIndex:
         a["known"][i] = self.known_sets(None if known is None else frozenset(known))
         a["gid"][i] = self.sessions(row["session_key"])
         a["pos"][i] = np.nan if row["position"] is None else float(row["position"])
-        a["day"][i], a["ts"][i] = day, ts
-        a["importance"][i] = 3.0 if row["importance"] is None else float(row["importance"])
+        a["day"][i] = _day(row["created_at"])
         a["content_len"][i] = float(row["content_len"])
         a["cues"][i] = float(row["cues"])
         terms = json.loads(row["terms"])
@@ -268,7 +266,6 @@ class LiveIndex:
             sent_vectors=self.pvec[: self.pn] if self.pn else None,
             sent_owner=self.powner[: self.pn] if self.pn else None,
             temporal=a["cues"][:n], content_len=a["content_len"][:n], days=a["day"][:n],
-            timestamps=a["ts"][:n], importance=a["importance"][:n],
             speaker_codes=a["owner"][:n], speaker_table=self.owners.code)
 
     def candidates(self, viewer_id: str | None, scopes: Iterable[str], chat_id: str | None,
@@ -384,7 +381,7 @@ class SearchState:
     # -- keeping current -------------------------------------------------------------------------
     def _weights(self) -> tuple[float, float]:
         s = self.svc.settings
-        return (float(s.search_window_w1), float(s.search_window_w2))
+        return (s.search_window_w1, s.search_window_w2)
 
     def load(self) -> None:
         """Build the index (at start-up, or on the first query without a background thread)."""
@@ -428,7 +425,7 @@ class SearchState:
             return
         with self.lock:
             live = self.current()
-            rebuild = live.n and live.dead / live.n > float(self.svc.settings.search_rebuild_share)
+            rebuild = live.n and live.dead / live.n > self.svc.settings.search_rebuild_share
         if rebuild:
             fresh = build(self.svc.db, self._weights())
             with self.lock:

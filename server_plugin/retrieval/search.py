@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..services import Services
+from ..settings import Settings
 from ..store.db import loads
 from . import docs as index
 from . import live_index, visibility
@@ -28,8 +29,8 @@ log = logging.getLogger(__name__)
 KINDS = ("message", "memory", "character_memory", "scene_summary", "session_summary", "lore")
 
 
-def params_of(settings: Any) -> R.RankingParams:
-    """The ranking weights from the `search_*` settings."""
+def params_of(settings: Settings) -> R.RankingParams:
+    """The ranking weights from the `search_*` settings (the only place they are kept)."""
     s = settings
     return R.RankingParams(
         k1=s.search_k1, b=s.search_b, neighbour_weights=(s.search_neighbour_w1, s.search_neighbour_w2),
@@ -39,7 +40,6 @@ def params_of(settings: Any) -> R.RankingParams:
         w_dense_sent=s.search_w_dense_sent, w_speaker=s.search_w_speaker, w_session=s.search_w_session,
         w_temporal=s.search_w_temporal, w_length=s.search_w_length, w_date=s.search_w_date,
         date_after_days=s.search_date_after_days, date_tau_days=s.search_date_tau_days,
-        w_recency=s.search_w_recency, w_importance=s.search_w_importance,
         query_person=s.search_query_person)
 
 
@@ -86,7 +86,7 @@ def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: 
     if vector is None:
         vector = query_vector(svc, query, chat_id)
     prepared = R.prepare_query(query, cast, vector, params)
-    k = max(0, min(int(k), int(svc.settings.search_max_k)))
+    k = max(0, min(int(k), svc.settings.search_max_k))
     scopes = visibility.readable_scopes(svc.db.reader(), viewer_id) if viewer_id is not None else ()
     with state.lock:
         live = state.current()

@@ -56,7 +56,7 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def backup_database(db_path: Path, out: Path, busy_timeout_ms: int = 5000) -> BackupResult:
+def backup_database(db_path: Path, out: Path, *, busy_timeout_ms: int) -> BackupResult:
     """Copy the database at `db_path` to `out` (replacing it), checked and flushed; see module doc."""
     if not db_path.is_file():
         raise BackupError(f"There is no Chronicler database at {db_path}.")

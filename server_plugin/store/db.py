@@ -54,8 +54,8 @@ def _is_full(exc: Exception) -> bool:
 class Database:
     """Owns the writer connection (behind a lock) and per-thread reader connections."""
 
-    def __init__(self, path: Path | str, busy_timeout_ms: int = 5000,
-                 synchronous: str = "FULL", max_page_count: int = 0) -> None:
+    def __init__(self, path: Path | str, *, busy_timeout_ms: int, synchronous: str,
+                 max_page_count: int) -> None:
         self.path = str(path)
         self.busy_timeout_ms = busy_timeout_ms
         self.synchronous = synchronous.upper()

@@ -119,7 +119,9 @@ def tables(conn: Connection) -> list[Table]:
 def seeded_tables(numbers: tuple[int, ...]) -> frozenset[str]:
     """Tables that hold rows right after migrating (counters): an 'empty' store may have those."""
     with tempfile.TemporaryDirectory() as folder:
-        db = Database(Path(folder) / "fresh.sqlite3", synchronous="OFF")
+        # A private scratch file: no other process waits on its locks, no crash need be survived,
+        # and it holds only what migrations seed (so no cap either).
+        db = Database(Path(folder) / "fresh.sqlite3", busy_timeout_ms=0, synchronous="OFF", max_page_count=0)
         try:
             migrations.migrate(db)
             conn = db.reader()

@@ -51,6 +51,7 @@ from ..jobs.queue import JobKinds
 from ..retrieval import bank
 from ..retrieval.visibility import can_see
 from ..services import Services
+from ..settings import Settings
 from ..store import changes
 from ..store.db import Connection, loads
 from . import characters, chats, lore, memories, messages, notes, sessions, sheets, summaries
@@ -97,9 +98,9 @@ class Turn:
         )
 
 
-def rules_from(settings: Any) -> Rules:
+def rules_from(settings: Settings) -> Rules:
     """The QS numbers from the settings table (same names as `Rules`' fields)."""
-    return Rules(**{f.name: int(getattr(settings, f.name)) for f in fields(Rules)})
+    return Rules(**{f.name: getattr(settings, f.name) for f in fields(Rules)})
 
 
 # --- what is read once per change (changes.py) ----------------------------------------------------

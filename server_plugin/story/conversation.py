@@ -33,7 +33,7 @@ def _merge_counts(total: dict[str, int], part: dict[str, int] | None) -> None:
 # --- writing messages ------------------------------------------------------------------------
 def ingest(svc: Services, chat_id: str, raw: list[dict[str, Any]]) -> dict[str, Any]:
     """Upsert a batch of messages (idempotent by id) and everything that follows from it."""
-    limit = int(svc.settings.messages_per_batch)
+    limit = svc.settings.messages_per_batch
     if len(raw) > limit:
         raise PayloadTooLarge("too_many_messages", f"A batch holds at most {limit} messages; this one "
                               f"has {len(raw)}. Send them in several batches.", [{"max": limit}])

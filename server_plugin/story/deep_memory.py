@@ -34,9 +34,9 @@ def after_compaction(svc: Services, conn: Connection, chat_id: str, turn_id: str
     if not chats.memory_enabled(conn, chat_id):
         return 0
     waiting = messages.ordered(conn, chat_id, "summary_id IS NOT NULL AND deep_job IS NULL")
-    if len(waiting) < int(svc.settings.deep_memory_min_new_messages):
+    if len(waiting) < svc.settings.deep_memory_min_new_messages:
         return 0
-    batch = waiting[:int(svc.settings.deep_memory_max_messages)]
+    batch = waiting[:svc.settings.deep_memory_max_messages]
     job_id = queue.enqueue(svc, KIND, chat_id=chat_id, turn_id=turn_id, dedupe=False,
                           target={"message_ids": [r["id"] for r in batch]})
     conn.executemany("UPDATE messages SET deep_job=? WHERE seq=?", [(job_id, r["seq"]) for r in batch])
@@ -67,7 +67,7 @@ def _existing(svc: Services, conn: Connection, cast: Sequence[prompts.CharacterR
     marks = ",".join("?" * len(ids))
     rows = conn.execute(f"SELECT text FROM memories WHERE scope='global' OR character_id IN ({marks})"
                         " ORDER BY updated_at DESC LIMIT ?",
-                        (*ids, int(svc.settings.deep_memory_existing_max)))
+                        (*ids, svc.settings.deep_memory_existing_max))
     return [r[0] for r in rows]
 
 
@@ -82,8 +82,8 @@ def _build(svc: Services, job: queue.Job) -> prompts.Prompt | None:
         # memories instead would slip past the switch
     return prompts.durable_memories([messages.chat_message(svc, r) for r in rows], cast,
                                     existing=_existing(svc, conn, cast),
-                                    max_items=int(svc.settings.deep_memory_max_items),
-                                    max_chars=int(svc.settings.memory_max_chars))
+                                    max_items=svc.settings.deep_memory_max_items,
+                                    max_chars=svc.settings.memory_max_chars)
 
 
 def _prepare(svc: Services, job: queue.Job, result: prompts.Extraction) -> None:
@@ -107,7 +107,7 @@ def _apply(svc: Services, conn: Connection, job: queue.Job, result: prompts.Extr
     members = chats.members(conn, job.chat_id)
     speakers = {r["id"]: r["speaker_id"] for r in messages.by_ids(conn, job.chat_id, job.target["message_ids"])}
     created, skipped = [], list(result.dropped_items)
-    for draft in result.items[:int(svc.settings.deep_memory_max_items)]:
+    for draft in result.items[:svc.settings.deep_memory_max_items]:
         if _saved(conn, draft):
             skipped.append(f"already saved: {draft.text[:80]}")
             continue

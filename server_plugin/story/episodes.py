@@ -104,7 +104,7 @@ def list_episodes(svc: Services, *, kind: str | None = None, character_id: str |
             where.append(f"{column}=?")
             args.append(value)
     knows, knows_args = visibility.known_by_sql(viewer_id, "known_by")
-    cap = int(svc.settings.episodes_list_max)
+    cap = svc.settings.episodes_list_max
     with svc.db.read() as conn:
         rows = conn.execute(f"SELECT * FROM episodes WHERE {' AND '.join(where)} AND {knows}"
                             " ORDER BY chat_id, session_n, pos, created_at, id LIMIT ? OFFSET ?",
@@ -145,7 +145,7 @@ def queue_session(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
         for character_id in learners:
             queue.enqueue(svc, MEMORIES_JOB, chat_id=chat_id, ref=f"{n}:{i}:{character_id}",
                          target={"n": n, "message_ids": ids, "character_ids": [character_id],
-                                 "per_character": int(svc.settings.character_memories_per_character),
+                                 "per_character": svc.settings.character_memories_per_character,
                                  "origin": "session"})
             queued += 1
         conn.executemany("UPDATE messages SET memories_job=? WHERE seq=?",
@@ -164,7 +164,7 @@ def queue_deep_run(svc: Services, conn: Connection, chat_id: str, turn_id: str |
                    message_ids: list[str]) -> int:
     """With a deep-memory run (RV13): one character-memories job for the chunk's unread
     messages, bounded to `episodes_deep_per_character` memories per character."""
-    per = int(svc.settings.episodes_deep_per_character)
+    per = svc.settings.episodes_deep_per_character
     rows = [r for r in messages.by_ids(conn, chat_id, message_ids) if r["memories_job"] is None]
     learners = extraction.learners(conn, extraction.cast(conn, chat_id, rows)) if rows and per > 0 else []
     if not learners:
@@ -188,7 +188,7 @@ def _build_memories(svc: Services, job: queue.Job) -> prompts.Prompt | None:
     return prompts.character_memories(
         extraction.chat_messages(svc, rows), cast, for_ids=wanted, session=job.target.get("n"),
         per_character=int(job.target["per_character"]),
-        max_quotes=int(svc.settings.character_memory_max_quotes))
+        max_quotes=svc.settings.character_memory_max_quotes)
 
 
 def _build_scenes(svc: Services, job: queue.Job) -> prompts.Prompt | None:
@@ -199,8 +199,8 @@ def _build_scenes(svc: Services, job: queue.Job) -> prompts.Prompt | None:
     if not cast:
         return None
     return prompts.scene_summaries(extraction.chat_messages(svc, rows), cast, session=job.target.get("n"),
-                                   max_scenes=int(svc.settings.scenes_max),
-                                   max_quotes=int(svc.settings.scene_max_quotes))
+                                   max_scenes=svc.settings.scenes_max,
+                                   max_quotes=svc.settings.scene_max_quotes)
 
 
 # --- checking a result against the store (SW8, SW9b) ------------------------------------------
@@ -218,7 +218,7 @@ def _check_item(svc: Services, conn: Connection, job: queue.Job, item: Any, owne
         out.dropped.append(f"its messages are gone: {item.summary[:80]}")
         return None
     known = set(visibility.witnesses(conn, job.chat_id, sources)) | ({owner} if owner else set())
-    summary = svc.tokens.truncate(item.summary, int(svc.settings.episode_max_tokens))
+    summary = svc.tokens.truncate(item.summary, svc.settings.episode_max_tokens)
     return {"chat_id": job.chat_id, "session_n": item.session, "summary": summary,
             "quotes": [asdict(q) for q in check.kept], "participants": list(item.participants),
             "witnesses": sorted(known), "known_by": sorted(known), "sources": sources,
@@ -262,13 +262,13 @@ def _check(svc: Services, conn: Connection, job: queue.Job, result: Any) -> extr
 def _prepare(svc: Services, job: queue.Job, result: Any) -> dict[str, docs.Prepared]:
     """Embed the items' texts before the write transaction (the check is repeated inside it)."""
     texts = [_render_row(r) for r in _check(svc, svc.db.reader(), job, result).rows]
-    return {p.text: p for p in docs.prepare(svc.embedder, texts, svc.embed_wait())} if texts else {}
+    return {p.text: p for p in docs.prepare(svc, texts, keep_names=True)} if texts else {}
 
 
 def _vector(svc: Services, prepared: dict[str, docs.Prepared], text: str) -> docs.Prepared:
     # A message edited between prepare and apply changes a text: embed it now (rare).
     if text not in prepared:
-        prepared[text] = docs.prepare(svc.embedder, [text], svc.embed_wait())[0]
+        prepared[text] = docs.prepare(svc, [text], keep_names=True)[0]
     return prepared[text]
 
 
@@ -309,7 +309,7 @@ def _set_quotes(svc: Services, conn: Connection, row: Any, quotes: list[dict[str
     new = conn.execute("SELECT * FROM episodes WHERE id=?", (row["id"],)).fetchone()
     text = render(new)
     if text != render(row):
-        docs.put(conn, new["kind"], new["id"], docs.prepare(svc.embedder, [text], svc.embed_wait())[0],
+        docs.put(conn, new["kind"], new["id"], docs.prepare(svc, [text], keep_names=True)[0],
                   created_at=new["created_at"], chat_id=new["chat_id"],
                   character_id=new["character_id"], known_by=loads(new["known_by"]))
 

@@ -35,8 +35,8 @@ def learners(conn: Connection, cast: Sequence[prompts.CharacterRef]) -> list[str
 
 def parts(svc: Services, rows: Sequence[Any]) -> list[list[Any]]:
     """Consecutive parts of a transcript, each within `episodes_prompt_max_tokens`."""
-    budget = int(svc.settings.episodes_prompt_max_tokens)
-    limit = int(svc.settings.prompt_message_max_tokens)
+    budget = svc.settings.episodes_prompt_max_tokens
+    limit = svc.settings.prompt_message_max_tokens
     parts: list[list[Any]] = []
     used = 0
     for row in rows:

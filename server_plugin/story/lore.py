@@ -98,14 +98,14 @@ def list_lore(svc: Services, *, q: str | None = None, source: str | None = None,
 def _check(svc: Services, entry: dict[str, Any], where: str = "") -> None:
     """Limits a person can act on (422): text size, trigger count and length."""
     at = f" ({where})" if where else ""
-    limit = int(svc.settings.lore_max_chars)
+    limit = svc.settings.lore_max_chars
     text = entry["text"]
     if not text.strip():
         raise Unprocessable("text_empty", f"A lore entry needs some text{at}.")
     if len(text) > limit:
         raise Unprocessable("text_too_long", f"A lore entry holds at most {limit} characters; this "
                             f"one has {len(text)}{at}.", [{"max": limit, "length": len(text)}])
-    most = int(svc.settings.lore_max_triggers)
+    most = svc.settings.lore_max_triggers
     if len(entry["triggers"]) > most:
         raise Unprocessable("too_many_triggers", f"A lore entry has at most {most} triggers; this "
                             f"one has {len(entry['triggers'])}{at}.", [{"max": most}])
@@ -151,8 +151,7 @@ def create(svc: Services, data: dict[str, Any], source: str = "user") -> dict[st
         raise ValueError(f"source must be one of {SOURCES}")
     entry = _entry(data)
     _check(svc, entry)
-    prepared = docs.prepare(svc.embedder, [index_text(entry["title"], entry["text"])],
-                             svc.embed_wait())[0]
+    prepared = docs.prepare(svc, [index_text(entry["title"], entry["text"])], keep_names=True)[0]
     lore_id, now = new_id(), svc.clock.iso()
     with svc.db.write() as conn:
         _insert(conn, lore_id, entry, source, now, prepared)
@@ -166,7 +165,7 @@ def update(svc: Services, lore_id: str, data: dict[str, Any]) -> dict[str, Any]:
     _check(svc, entry)
     text = index_text(entry["title"], entry["text"])
     changed_text = text != index_text(current["title"], current["text"])
-    prepared = docs.prepare(svc.embedder, [text], svc.embed_wait())[0] if changed_text else None
+    prepared = docs.prepare(svc, [text], keep_names=True)[0] if changed_text else None
     with svc.db.write() as conn:
         row = _fetch_row(conn, lore_id)
         if "version" in data and data["version"] != row["version"]:
@@ -213,7 +212,7 @@ def prepare_drafts(svc: Services, drafts: Sequence[LoreDraft],
     Returns (draft, entry or None when skipped, prepared vector or None). Raises 422 naming the
     first entry over a limit: an import is all or nothing.
     """
-    if len(drafts) > int(svc.settings.lore_import_max_entries):
+    if len(drafts) > svc.settings.lore_import_max_entries:
         raise Unprocessable("too_many_entries", f"An import holds at most "
                             f"{svc.settings.lore_import_max_entries} entries; this one has {len(drafts)}.")
     checked = []
@@ -223,7 +222,7 @@ def prepare_drafts(svc: Services, drafts: Sequence[LoreDraft],
             _check(svc, entry, where=f"entry {draft.ref!r}")
         checked.append((draft, entry))
     texts = [index_text(e["title"], e["text"]) for _, e in checked if e is not None]
-    vectors = iter(docs.prepare(svc.embedder, texts, svc.embed_wait()) if texts else [])
+    vectors = iter(docs.prepare(svc, texts, keep_names=True) if texts else [])
     return [(d, e, next(vectors) if e is not None else None) for d, e in checked]
 
 

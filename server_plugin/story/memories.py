@@ -30,7 +30,7 @@ PERSON = "user"  # the only actor allowed to touch pinned items (RV11)
 # --- reading ---------------------------------------------------------------------------------
 def recent_threshold(svc: Services) -> str:
     """Updated at or after this ISO time means `recent` (RV7); ISO strings of ours sort as times."""
-    return to_iso(svc.clock.now() - timedelta(days=float(svc.settings.recent_days)))
+    return to_iso(svc.clock.now() - timedelta(days=svc.settings.recent_days))
 
 
 def to_dict(row: Any, svc: Services, threshold: str | None = None) -> dict[str, Any]:
@@ -87,7 +87,7 @@ def list_memories(svc: Services, *, scope: str | None = None, character_id: str 
 
 # --- checks ----------------------------------------------------------------------------------
 def _check_text(svc: Services, text: str) -> None:
-    limit = int(svc.settings.memory_max_chars)
+    limit = svc.settings.memory_max_chars
     if len(text) > limit:
         raise Unprocessable("text_too_long", f"A memory holds at most {limit} characters; "
                             f"this one has {len(text)}.", [{"max": limit, "length": len(text)}])
@@ -129,7 +129,7 @@ def _check_character(conn: Connection, character_id: str | None) -> None:
 
 def _check_pin_quota(svc: Services, conn: Connection, scope: str, character_id: str | None,
                      exclude_id: str | None = None) -> None:
-    limit = int(svc.settings.pinned_per_scope)
+    limit = svc.settings.pinned_per_scope
     count = conn.execute(
         "SELECT count(*) FROM memories WHERE scope=? AND character_id IS ? AND pinned=1 AND id IS NOT ?",
         (scope, character_id, exclude_id)).fetchone()[0]
@@ -141,7 +141,7 @@ def _check_pin_quota(svc: Services, conn: Connection, scope: str, character_id: 
 
 def _archive_overflow(svc: Services, conn: Connection, scope: str, character_id: str | None) -> list[str]:
     """RV8: beyond the unpinned quota, archive the least recently updated items (never delete)."""
-    limit = int(svc.settings.unpinned_per_scope)
+    limit = svc.settings.unpinned_per_scope
     rows = conn.execute(
         "SELECT id FROM memories WHERE scope=? AND character_id IS ? AND pinned=0 AND archived=0"
         " ORDER BY updated_at DESC, id DESC", (scope, character_id)).fetchall()
@@ -361,7 +361,7 @@ def _select_for_turn(svc: Services, chat_id: str, speaker_id: str) -> dict[str, 
         f"SELECT scope, character_id, count(*) FROM memories WHERE pinned=0 AND {where}"
         " GROUP BY scope, character_id", args)}
     available = [counts.get(key, 0) for key in scopes]
-    shares = spread_evenly(available, int(svc.settings.per_turn_unpinned))
+    shares = spread_evenly(available, svc.settings.per_turn_unpinned)
     share_of = dict(zip(scopes, shares))
     # Fetch only the newest `share` rows of each scope, not the whole store.
     ranked = conn.execute(

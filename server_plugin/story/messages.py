@@ -40,7 +40,7 @@ def to_dict(row: Any) -> dict[str, Any]:
 
 def chat_message(svc: Services, row: Any) -> prompts.ChatMessage:
     """A message as a job's prompt sees it; a very long one is cut (its start kept)."""
-    limit = int(svc.settings.prompt_message_max_tokens)
+    limit = svc.settings.prompt_message_max_tokens
     text = row["text"] if row["tokens"] <= limit else svc.tokens.truncate(row["text"], limit)
     return prompts.ChatMessage(id=row["id"], speaker=row["name"] or row["role"], text=text,
                                role=row["role"], character_id=row["speaker_id"], sent_at=row["sent_at"])
@@ -110,7 +110,7 @@ def count(conn: Connection, chat_id: str) -> int:
 def list_page(svc: Services, chat_id: str, *, offset: int = 0, limit: int | None = None,
               ids_only: bool = False) -> dict[str, Any]:
     """One page of the transcript in order (or just the ids, for the extension's reconciliation)."""
-    cap = int(svc.settings.messages_page_max) * (10 if ids_only else 1)
+    cap = svc.settings.messages_page_max * (10 if ids_only else 1)
     limit = min(cap, limit or cap)
     with svc.db.read() as conn:
         total = count(conn, chat_id)
@@ -158,7 +158,7 @@ class Changes:
 
 def normalise(svc: Services, raw: Sequence[dict[str, Any]]) -> list[Incoming]:
     """Cut long texts (never refuse them), parse times, count tokens; later repeats of an id win."""
-    limit = int(svc.settings.message_max_chars)
+    limit = svc.settings.message_max_chars
     last: dict[str, dict[str, Any]] = {}
     for message in raw:
         last.pop(message["id"], None)

@@ -60,7 +60,7 @@ def open_rows(conn: Connection, chat_id: str, limit: int | None = None) -> list[
 
 
 def _check_text(svc: Services, text: str) -> str:
-    limit = int(svc.settings.note_max_chars)
+    limit = svc.settings.note_max_chars
     if not text.strip():
         raise Unprocessable("text_empty", "A note needs some text.")
     if len(text) > limit:
@@ -128,7 +128,7 @@ def apply_session(svc: Services, conn: Connection, chat_id: str, proposals: Sequ
         if _fold(proposal.text) in known:
             continue
         known.add(_fold(proposal.text))
-        text = proposal.text[:int(svc.settings.note_max_chars)]
+        text = proposal.text[:svc.settings.note_max_chars]
         added.append(_insert(svc, conn, chat_id, text, int(proposal.priority), "job",
                              session_n=session_n, turn_id=turn_id, job_id=job_id))
     now = svc.clock.iso()

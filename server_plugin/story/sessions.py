@@ -84,7 +84,7 @@ def place(svc: Services, conn: Connection, chat_id: str, inserted: Sequence[Any]
     """Put new messages in the open session, ending it first when one came after a gap.
 
     Returns the numbers of the sessions ended (their jobs are already queued)."""
-    gap = timedelta(hours=float(svc.settings.session_gap_hours))
+    gap = timedelta(hours=svc.settings.session_gap_hours)
     current = _open(conn, chat_id)
     last_at = current["last_at"] if current else None
     n = current["n"] if current else None
@@ -160,19 +160,19 @@ def _build(svc: Services, job: queue.Job) -> prompts.Prompt | None:
         return None
     earlier, tail = _fit(svc, conn, rows)
     open_notes = [prompts.NoteInput(x["id"], x["text"], x["priority"])
-                  for x in notes.open_rows(conn, job.chat_id, int(svc.settings.notes_in_prompt))]
+                  for x in notes.open_rows(conn, job.chat_id, svc.settings.notes_in_prompt)]
     s = svc.settings
     return prompts.session_summary(
         [messages.chat_message(svc, r) for r in tail], earlier=earlier, open_notes=open_notes,
-        session=n, full_tokens=int(s.session_full_tokens), short_tokens=int(s.session_short_tokens),
-        max_quotes=int(s.summary_max_quotes), max_threads=int(s.session_max_threads))
+        session=n, full_tokens=s.session_full_tokens, short_tokens=s.session_short_tokens,
+        max_quotes=s.summary_max_quotes, max_threads=s.session_max_threads)
 
 
 def _fit(svc: Services, conn: Connection, rows: Sequence[Any]) -> tuple[list[prompts.SummaryInput], list[Any]]:
     """A session too long for one prompt goes in as its chunk summaries plus the messages they do
     not cover (the newest that fit the budget)."""
-    budget = int(svc.settings.session_prompt_max_tokens)
-    limit = int(svc.settings.prompt_message_max_tokens)
+    budget = svc.settings.session_prompt_max_tokens
+    limit = svc.settings.prompt_message_max_tokens
     if sum(min(r["tokens"], limit) for r in rows) <= budget:
         return [], list(rows)
     ids = sorted({r["summary_id"] for r in rows if r["summary_id"]})
@@ -233,7 +233,7 @@ def story_summary_parts(svc: Services, chat_id: str) -> list[dict[str, Any]]:
     the long-term, consolidated and recent summaries (each oldest first). Each part:
     `{id, kind, text, session?}`, kind one of session_full, session_short, long_term,
     consolidated, recent."""
-    shorts = int(svc.settings.session_shorts_in_context)
+    shorts = svc.settings.session_shorts_in_context
     with svc.db.read() as conn:
         done = conn.execute("SELECT * FROM sessions WHERE chat_id=? AND full IS NOT NULL ORDER BY n DESC"
                             " LIMIT ?", (chat_id, shorts + 1)).fetchall()

@@ -128,12 +128,12 @@ def _apply_drafts(svc: Services, conn: Connection, job: queue.Job, result: Any, 
     chat = conn.execute("SELECT title FROM chats WHERE id=?", (job.chat_id,)).fetchone()
     where = chat["title"] if chat is not None and chat["title"] else job.chat_id
     drafted = []
-    speakers = new_speakers(conn, job.chat_id, n, int(svc.settings.sheet_draft_min_lines))
+    speakers = new_speakers(conn, job.chat_id, n, svc.settings.sheet_draft_min_lines)
     for name, rows in speakers.items():
         character_id = character_id_for(name)
         if characters.fetch(conn, character_id) is not None:
             continue  # a character of that id exists: a model's update, not a draft
-        quotes = [f'"{_line(r["text"])}"' for r in rows[: int(svc.settings.sheet_draft_quotes)]]
+        quotes = [f'"{_line(r["text"])}"' for r in rows[: svc.settings.sheet_draft_quotes]]
         fields = {"first_appearance": f"Session {n} of {where}, {rows[0]['sent_at'][:10]}",
                   "quotes": "\n".join(quotes)}
         characters.update_sheet(svc, character_id, fields, actor="background", name=name)
@@ -182,8 +182,8 @@ def newcomers(svc: Services, conn: Connection, chat_id: str, n: int) -> list[pro
         entry = seen.setdefault(name, {"lines": 0, "sessions": set()})
         entry["lines"] += 1
         entry["sessions"].add(row["session_n"])
-    min_sessions = int(svc.settings.sheet_newcomer_min_sessions)
-    min_lines = int(svc.settings.sheet_newcomer_min_lines)
+    min_sessions = svc.settings.sheet_newcomer_min_sessions
+    min_lines = svc.settings.sheet_newcomer_min_lines
     return [prompts.Newcomer(name, e["lines"], len(e["sessions"])) for name, e in seen.items()
             if n in e["sessions"] and (len(e["sessions"]) >= min_sessions or e["lines"] >= min_lines)]
 
@@ -209,8 +209,8 @@ def present(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[prompts
 def newest_within(svc: Services, rows: Sequence[Any]) -> list[Any]:
     """The newest messages whose cost (each capped at `prompt_message_max_tokens`) fits in
     `episodes_prompt_max_tokens`; always at least the newest one."""
-    return messages.newest_within(rows, int(svc.settings.episodes_prompt_max_tokens),
-                                  int(svc.settings.prompt_message_max_tokens))
+    return messages.newest_within(rows, svc.settings.episodes_prompt_max_tokens,
+                                  svc.settings.prompt_message_max_tokens)
 
 
 def _sheet(character: dict[str, Any]) -> prompts.SheetInput:
@@ -236,8 +236,8 @@ def _build_updates(svc: Services, job: queue.Job) -> prompts.Prompt | None:
     if not sheets and not found:
         return None
     return prompts.sheet_updates([messages.chat_message(svc, r) for r in rows], cast, sheets, found,
-                                 max_fields=int(svc.settings.sheet_max_fields),
-                                 field_max_chars=int(svc.settings.sheet_field_max_chars))
+                                 max_fields=svc.settings.sheet_max_fields,
+                                 field_max_chars=svc.settings.sheet_field_max_chars)
 
 
 def _draft_target(conn: Connection, name: str) -> tuple[str | None, str]:

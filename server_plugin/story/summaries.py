@@ -41,7 +41,7 @@ def context_tokens_of(svc: Services, conn: Connection, chat_id: str) -> int:
     """The context size the chat was last assembled for, or the configured default."""
     row = conn.execute("SELECT context_tokens FROM chats WHERE id=?", (chat_id,)).fetchone()
     value = row[0] if row is not None else None
-    return int(value or svc.settings.default_context_tokens)
+    return int(value) if value else svc.settings.default_context_tokens
 
 
 def remember_context_tokens(svc: Services, chat_id: str, context_tokens: int) -> bool:
@@ -60,9 +60,9 @@ def window_rows(svc: Services, conn: Connection, chat_id: str,
     """The live messages as rows, newest first."""
     s = svc.settings
     ctx = context_tokens or context_tokens_of(svc, conn, chat_id)
-    rows = messages.newest(conn, chat_id, int(s.live_window_max_messages))
-    n = window.size([r["tokens"] for r in rows], ctx, max_tokens=int(s.live_window_max_tokens),
-                    percent=float(s.live_window_percent), max_messages=int(s.live_window_max_messages))
+    rows = messages.newest(conn, chat_id, s.live_window_max_messages)
+    n = window.size([r["tokens"] for r in rows], ctx, max_tokens=s.live_window_max_tokens,
+                    percent=s.live_window_percent, max_messages=s.live_window_max_messages)
     return rows[:n]
 
 
@@ -159,7 +159,7 @@ def compact(svc: Services, conn: Connection, chat_id: str, turn_id: str | None) 
     """
     live = {r["seq"] for r in window_rows(svc, conn, chat_id)}
     waiting = [r for r in messages.ordered(conn, chat_id, "summary_id IS NULL") if r["seq"] not in live]
-    size = int(svc.settings.summary_chunk_messages)
+    size = svc.settings.summary_chunk_messages
     queued = 0
     for start in range(0, len(waiting) - len(waiting) % size, size):
         chunk = waiting[start:start + size]
@@ -181,7 +181,7 @@ def _maybe_merge(svc: Services, conn: Connection, chat_id: str, tier: str, turn_
     Returns the jobs queued."""
     if tier not in NEXT_TIER:
         return 0
-    count = int(svc.settings.summary_merge_count)
+    count = svc.settings.summary_merge_count
     queued = 0
     while True:
         rows = conn.execute(f"SELECT * FROM summaries WHERE chat_id=? AND tier=? AND parent_id IS NULL"
@@ -252,8 +252,8 @@ def _build_chunk(svc: Services, job: queue.Job) -> prompts.Prompt | None:
         (row["chat_id"], row["pos_position"], row["pos_seq"])).fetchone()
     return prompts.chunk_summary([messages.chat_message(svc, r) for r in rows],
                                  previous=before[0] if before else "",
-                                 budget_tokens=int(svc.settings.summary_recent_tokens),
-                                 max_quotes=int(svc.settings.summary_max_quotes))
+                                 budget_tokens=svc.settings.summary_recent_tokens,
+                                 max_quotes=svc.settings.summary_max_quotes)
 
 
 def _build_merge(svc: Services, job: queue.Job) -> prompts.Prompt | None:
@@ -270,7 +270,7 @@ def _build_merge(svc: Services, job: queue.Job) -> prompts.Prompt | None:
     inputs = [prompts.SummaryInput(c["id"], c["text"], tuple(Quote(**q) for q in _quotes(c)))
               for c in children]
     return prompts.merge_summaries(inputs, tier=row["tier"], budget_tokens=int(budget),
-                                   max_quotes=int(svc.settings.summary_max_quotes))
+                                   max_quotes=svc.settings.summary_max_quotes)
 
 
 def _apply(svc: Services, conn: Connection, job: queue.Job, result: prompts.Summary,

@@ -49,7 +49,7 @@ def list_told(svc: Services, *, chat_id: str | None = None, character_id: str | 
     if character_id is not None:
         where.append("(teller_id=? OR EXISTS (SELECT 1 FROM json_each(listener_ids) WHERE value=?))")
         args += [character_id, character_id]
-    cap = int(svc.settings.episodes_list_max)
+    cap = svc.settings.episodes_list_max
     rows = svc.db.reader().execute(f"SELECT * FROM told_events WHERE {' AND '.join(where)}"
                                    " ORDER BY created_at, id LIMIT ?", (*args, min(cap, limit or cap)))
     return [told_to_dict(r) for r in rows]
@@ -68,7 +68,7 @@ def related_secrets(svc: Services, conn: Connection, cast: Sequence[prompts.Char
         if overlap:
             scored.append((overlap, secret.updated_at, secret))
     scored.sort(key=lambda x: (x[0], x[1]), reverse=True)
-    return [s for _, _, s in scored[:int(svc.settings.told_secrets_max)]]
+    return [s for _, _, s in scored[:svc.settings.told_secrets_max]]
 
 
 def _build_told(svc: Services, job: queue.Job) -> prompts.Prompt | None:
@@ -81,11 +81,11 @@ def _build_told(svc: Services, job: queue.Job) -> prompts.Prompt | None:
     secrets = related_secrets(svc, conn, cast, rows)
     if not secrets:
         return None  # nothing anyone here could pass on
-    limit = int(svc.settings.told_secret_tokens)
+    limit = svc.settings.told_secret_tokens
     inputs = [prompts.SecretInput(s.item.key(), svc.tokens.truncate(s.text, limit), s.knowers)
               for s in secrets]
     return prompts.told_events(extraction.chat_messages(svc, rows), cast, inputs,
-                               max_events=int(svc.settings.told_events_max))
+                               max_events=svc.settings.told_events_max)
 
 
 def _apply_told(svc: Services, conn: Connection, job: queue.Job, result: prompts.Extraction,

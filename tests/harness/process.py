@@ -14,10 +14,11 @@ from pathlib import Path
 
 import requests
 
+from server_plugin.settings import TABLE
 from tests.e2e.sidecar import Sidecar
 from tests.e2e.st import free_port
 
-DB_FILE = "chronicler.sqlite3"  # the `db_file` setting's default
+DB_FILE = TABLE["db_file"].default  # the sidecar runs with no db_file of its own
 
 # A small live window, so background summary jobs (extractive mode: no model) run while the
 # clients write; deep memory stays off (its memories belong to no worker's ledger).

@@ -21,7 +21,7 @@ design and the measurements at campaign scale are in docs/search.md):
 - Weighted z-score fusion of those channels over the viewer's candidates (it beat reciprocal rank
   fusion), plus additive priors in z units: speaker (the characters the query names), session
   (the best score of the item's session), temporal cues for "when" questions, dates the query
-  names, content length, recency and importance.
+  names and content length.
 """
 
 from __future__ import annotations

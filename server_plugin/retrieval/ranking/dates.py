@@ -79,13 +79,14 @@ def query_dates(text: str) -> list[tuple[int, int]]:
 
 
 def date_prior(
-    item_days: np.ndarray, spans: Sequence[tuple[int, int]], after: float = 14.0, tau: float = 7.0
+    item_days: np.ndarray, spans: Sequence[tuple[int, int]], after: float, tau: float
 ) -> np.ndarray:
     """How well each item's date fits the spans a query names, in [0, 1] (NaN days give 0).
 
     People talk about an event in the days after it ("yesterday I went bowling"), so an item
     dated up to `after` days past a span counts as inside it; beyond, the fit decays with
-    scale `tau` days. Wide spans (a year) are discounted by their width.
+    scale `tau` days (the settings search_date_after_days and search_date_tau_days). Wide spans
+    (a year) are discounted by their width.
     """
     best = np.zeros(len(item_days), dtype=np.float64)
     known = np.isfinite(item_days)

@@ -194,34 +194,35 @@ def segment_max(values: np.ndarray, owners: np.ndarray, n_items: int, fill: np.n
 
 @dataclass(frozen=True)
 class RankingParams:
-    """Every weight of the ranker; each becomes a setting `search_<name>`.
+    """Every weight of the ranker. Each but the bigram options is the setting `search_<name>`
+    (the pairs: search_neighbour_w1/w2, search_window_w1/w2), and search.params_of builds them
+    from there: this class holds no second copy of the tuned values (docs/search.md).
 
-    Defaults were tuned on 4 LoCoMo conversations and checked on the other 6 (docs/search.md).
     Weights of channels are in z units; priors add to the fused z-score.
     """
 
-    k1: float = 1.5  # BM25 term saturation
-    b: float = 0.94  # BM25 length normalisation
-    bigrams: bool = False  # adjacent-stem bigrams in BM25 terms (flat on LoCoMo; doubles postings)
+    k1: float  # BM25 term saturation
+    b: float  # BM25 length normalisation
+    neighbour_weights: tuple[float, ...]  # BM25 counts of ±1, ±2 session neighbours
+    passage_min_words: int  # write time: passages (best-passage vectors) of at least this
+    window_weights: tuple[float, ...]  # vectors of ±1, ±2 neighbours in windows
+    w_bm25: float
+    w_dense: float  # the item's own vector
+    w_dense_win1: float  # ±1 window vector
+    w_dense_win2: float  # ±2 window vector
+    w_dense_sent: float  # best passage of multi-passage items (see `chunks`)
+    w_speaker: float  # messages by a character the query names
+    w_session: float  # best fused score in the item's session
+    w_temporal: float  # time expressions, for "when" questions
+    w_length: float  # log content length (substantive messages over "ok!")
+    w_date: float  # item dated in/just after a date the query names
+    date_after_days: float
+    date_tau_days: float
+    query_person: str  # dense query: "first_person" or "strip"
+    # Not settings: the stored counts hold single stems only (bigrams were flat on LoCoMo and
+    # double the postings); the benchmarks measure them.
+    bigrams: bool = False  # adjacent-stem bigrams in BM25 terms
     bigram_weight: float = 1.0
-    neighbour_weights: tuple[float, ...] = (0.9, 0.5)  # BM25 counts of ±1, ±2 session neighbours
-    passage_min_words: int = 16  # write time: passages (best-passage vectors) of at least this
-    window_weights: tuple[float, ...] = (1.0, 0.6)  # vectors of ±1, ±2 neighbours in windows
-    w_bm25: float = 0.75
-    w_dense: float = 0.45  # the item's own vector
-    w_dense_win1: float = 0.2  # ±1 window vector
-    w_dense_win2: float = 0.225  # ±2 window vector
-    w_dense_sent: float = 0.3  # best passage of multi-passage items (see `chunks`)
-    w_speaker: float = 3.75  # messages by a character the query names
-    w_session: float = 0.15  # best fused score in the item's session
-    w_temporal: float = 2.0  # time expressions, for "when" questions
-    w_length: float = 0.45  # log content length (substantive messages over "ok!")
-    w_date: float = 2.5  # item dated in/just after a date the query names
-    date_after_days: float = 14.0
-    date_tau_days: float = 7.0
-    w_recency: float = 0.0  # newer items (z of timestamp); flat on LoCoMo
-    w_importance: float = 0.0  # importance 1-5 of memories; no labels in LoCoMo
-    query_person: str = "first_person"  # dense query: "first_person" or "strip"
 
     def channel_weights(self) -> dict[str, float]:
         return {
@@ -259,8 +260,6 @@ class Corpus:
     temporal: np.ndarray | None = None  # temporal_cues per item
     content_len: np.ndarray | None = None  # content words of the item's own text
     days: np.ndarray | None = None  # date ordinal per item (NaN when undated)
-    timestamps: np.ndarray | None = None  # seconds, for the recency prior
-    importance: np.ndarray | None = None  # 1..5, for the importance prior
     # Speakers as integer codes (-1: none) and the code of each speaker id. A store that keeps
     # them up to date passes them in; otherwise they are built from `speakers` on first use.
     speaker_codes: np.ndarray | None = None
@@ -294,13 +293,13 @@ class Query:
     dates: tuple[tuple[int, int], ...] = ()  # calendar spans it names
 
 
-def dense_query_text(text: str, cast: Cast, params: RankingParams = RankingParams()) -> str:
+def dense_query_text(text: str, cast: Cast, params: RankingParams) -> str:
     """The text to embed for the dense side of `text` (names handled per `query_person`)."""
     return rewrite_query(text, cast, params.query_person)
 
 
 def prepare_query(
-    text: str, cast: Cast, vector: np.ndarray, params: RankingParams = RankingParams()
+    text: str, cast: Cast, vector: np.ndarray, params: RankingParams
 ) -> Query:
     """Everything `rank` needs from a query, given the embedding of `dense_query_text(text)`."""
     return Query(
@@ -346,7 +345,7 @@ def channel_scores(
 def rank(
     corpus: Corpus,
     query: Query,
-    params: RankingParams = RankingParams(),
+    params: RankingParams,
     mask: np.ndarray | None = None,
 ) -> np.ndarray:
     """Fused score of every item (higher is better); items outside `mask` get -inf.
@@ -369,10 +368,6 @@ def rank(
         )
     if params.w_length and corpus.content_len is not None:
         score += params.w_length * zscore(np.log1p(corpus.content_len), mask)
-    if params.w_recency and corpus.timestamps is not None:
-        score += params.w_recency * zscore(corpus.timestamps, mask)
-    if params.w_importance and corpus.importance is not None:
-        score += params.w_importance * zscore(corpus.importance, mask)
     if params.w_session:
         score += params.w_session * zscore(group_max(score, corpus.gids, mask), mask)
     if mask is not None:

@@ -150,8 +150,8 @@ _PREPOSITIONS = frozenset(
 )
 
 
-def rewrite_query(query: str, cast: Cast, mode: str = "first_person") -> str:
-    """The query text for the dense side.
+def rewrite_query(query: str, cast: Cast, mode: str) -> str:
+    """The query text for the dense side, per `mode` (the setting search_query_person).
 
     - "strip": names removed, as in `dense_text`.
     - "first_person": the first character named becomes "I"/"me"/"my" (stored messages are in
