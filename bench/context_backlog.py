@@ -37,7 +37,7 @@ import assemble_latency as AL  # noqa: E402
 
 from server_plugin.app import build_services, create_app  # noqa: E402
 from server_plugin.jobs import queue
-from server_plugin.retrieval import bank, search  # noqa: E402
+from server_plugin.retrieval import bank  # noqa: E402
 from server_plugin.settings import load_settings  # noqa: E402
 from server_plugin.story import context
 

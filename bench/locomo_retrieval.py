@@ -25,7 +25,6 @@ nearest such folder upwards; the 4 development conversations the weights were tu
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import socket

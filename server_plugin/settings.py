@@ -94,8 +94,8 @@ MODELS = [
     _s("llm_key", str, "", "API key for that endpoint (sent as a bearer token; never logged)."),
 ]
 LLM_WORK = [
-    # How the sidecar talks to a model (jobs/llm.py) and how big what the jobs write may be
-    # (the prompts and the extractive fallback).
+    # How the sidecar talks to a model (llm.py) and how big what the jobs write may be
+    # (jobs/tasks/): those modules keep no defaults of their own; their callers pass these values.
     _s("llm_connect_timeout", float, 10.0, "Seconds to wait for the model server to accept a connection.", 0.1),
     _s("llm_read_timeout", float, 180.0, "Seconds to wait for a model's answer (local models on a CPU are slow).", 0.1),
     _s("llm_retries", int, 3, "Retries of a model call after connection errors, timeouts, 408/425/429 and 5xx.", 0),

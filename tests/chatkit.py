@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from server_plugin.jobs import queue, worker
+from server_plugin.jobs import worker
 from tests.conftest import expect_ok
 
 CHAT = "c1"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest

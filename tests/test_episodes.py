@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from server_plugin.jobs import queue, worker
+from server_plugin.jobs import worker
 from tests.chatkit import drain, job_rows, turn_messages, turns
 from tests.conftest import expect_error, expect_ok
 from tests.episodekit import (  # noqa: F401  (a fixture)

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from server_plugin import api
 from server_plugin.app import build_services, create_app
-from server_plugin.retrieval import live_index, search
+from server_plugin.retrieval import live_index
 from server_plugin.settings import load_settings
 from tests.conftest import TOKEN, assert_schema
 from tests.harness.schema_strategies import ANY_JSON, Generator

@@ -172,7 +172,7 @@ def test_lease_expiry_reclaims_a_job_and_discards_the_late_result(api, services,
     assert worker.run_one(services) == lost.id  # reclaimed and run again
     row = chunk_job(services)
     assert (row["state"], row["attempts"]) == ("done", 2)
-    from server_plugin.jobs.prompts import Summary
+    from server_plugin.jobs.tasks.summaries import Summary
     late = Summary("A stale result from the lost worker.", (), ("u0", "a0"))
     assert worker._finish(services, lost, services.jobs.handler("chunk_summary"), late) is False
     assert summaries(api)["recent"][0]["text"] == CHUNK_ANSWER["summary"]

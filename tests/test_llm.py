@@ -10,11 +10,12 @@ import socket
 import threading
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import pytest
 from fakellm import FakeLLM
 
-from server_plugin.jobs import extractive, llm, prompts
+from server_plugin.jobs import llm
 from server_plugin.jobs.llm import (
     LLMBadResponse,
     LLMConfigError,
@@ -25,10 +26,23 @@ from server_plugin.jobs.llm import (
     normalise_url,
     run_prompt,
 )
-from server_plugin.jobs.prompts import ChatMessage, Summary
+from server_plugin.jobs.tasks.base import ChatMessage, Prompt, PromptParseError
+from server_plugin.jobs.tasks.registry import TASKS, fallback, parse
+from server_plugin.jobs.tasks.summaries import Summary, chunk_summary
+from server_plugin.settings import load_settings
+from tests.taskkit import DEFAULTS, limits
 
 KEY = "sk-test-SECRET-0123456789"
 MESSAGES = [{"role": "user", "content": "Hello"}]
+# The llm_* settings' defaults, as make_backend passes them.
+CALL = {"timeout": (DEFAULTS.llm_connect_timeout, DEFAULTS.llm_read_timeout),
+        "retries": DEFAULTS.llm_retries, "backoff_base": DEFAULTS.llm_backoff_base,
+        "backoff_max": DEFAULTS.llm_backoff_max, "retry_after_max": DEFAULTS.llm_retry_after_max}
+
+
+def call(**kw) -> dict:
+    """OpenAICompatible's call settings: the defaults, `kw` replacing any."""
+    return {**CALL, **kw}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +72,7 @@ def client(fake: FakeLLM, **kw) -> tuple[OpenAICompatible, Sleeps]:
     kw.setdefault("rand", lambda: 1.0)  # jitter factor 1: the waits are the exponential ceiling
     kw.setdefault("timeout", (2.0, 5.0))
     return OpenAICompatible(fake.url, kw.pop("model", "test-model"), kw.pop("key", None),
-                            sleep=sleeps, **kw), sleeps
+                            **call(sleep=sleeps, **kw)), sleeps
 
 
 # --- configuration ---------------------------------------------------------------------------
@@ -87,13 +101,13 @@ def test_llm_bad_url_is_a_config_error(bad):
 
 def test_llm_missing_model_is_a_config_error(fake):
     with pytest.raises(LLMConfigError, match="llm_model"):
-        OpenAICompatible(fake.url, "  ")
+        OpenAICompatible(fake.url, "  ", **CALL)
 
 
 def test_llm_base_url_without_v1_reaches_the_server(fake):
     """issue 3: http://host:port (KoboldCpp/llama.cpp style) is completed to /v1/chat/completions."""
     fake.script(["pong"])
-    backend = OpenAICompatible(fake.url[: -len("/v1")], "m", sleep=Sleeps())
+    backend = OpenAICompatible(fake.url[: -len("/v1")], "m", **call(sleep=Sleeps()))
     assert backend.complete(MESSAGES, max_tokens=5) == "pong"
     assert fake.requests[-1]["path"] == "/v1/chat/completions"
 
@@ -156,7 +170,7 @@ def test_llm_backoff_is_exponential_capped_and_jittered(fake):
     assert info.value.retryable
     assert sleeps == [1.0, 2.0, 3.0, 3.0]
     assert len(fake.completions()) == 5
-    jittered = OpenAICompatible(fake.url, "m", rand=lambda: 0.0, backoff_base=2.0)
+    jittered = OpenAICompatible(fake.url, "m", **call(rand=lambda: 0.0, backoff_base=2.0))
     assert jittered.backoff(1) == 2.0  # 4 s ceiling, halved by the lowest jitter
 
 
@@ -237,8 +251,8 @@ def test_llm_connection_refused_is_unavailable():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # free now: nobody listens on it once closed
     sleeps = Sleeps()
-    backend = OpenAICompatible(f"http://127.0.0.1:{port}/v1", "m", retries=2, sleep=sleeps,
-                               timeout=(1.0, 1.0))
+    backend = OpenAICompatible(f"http://127.0.0.1:{port}/v1", "m",
+                               **call(retries=2, sleep=sleeps, timeout=(1.0, 1.0)))
     with pytest.raises(LLMUnavailable, match="Could not connect"):
         backend.complete(MESSAGES, max_tokens=5)
     assert len(sleeps) == 2
@@ -261,7 +275,7 @@ def test_llm_key_never_appears_in_errors_logs_or_repr(fake, caplog):
 def test_llm_key_echoed_by_the_server_is_blanked(canned_status):
     """issue 3: a server that echoes the key in its error text does not leak it into our message."""
     url = canned_status(401, json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}"}}).encode())
-    backend = OpenAICompatible(url, "m", KEY, sleep=Sleeps())
+    backend = OpenAICompatible(url, "m", KEY, **call(sleep=Sleeps()))
     with pytest.raises(LLMRejected) as info:
         backend.complete(MESSAGES, max_tokens=5)
     assert KEY not in str(info.value) and "[key]" in str(info.value)
@@ -276,8 +290,8 @@ def test_llm_408_is_retried(fake):
 
 def test_llm_url_credentials_are_redacted():
     """issue 3: user:password or ?key= in a configured URL never reach messages."""
-    backend = OpenAICompatible("http://user:pw@127.0.0.1:9/v1?key=abc", "m", retries=0,
-                               timeout=(0.5, 0.5), sleep=Sleeps())
+    backend = OpenAICompatible("http://user:pw@127.0.0.1:9/v1?key=abc", "m",
+                               **call(retries=0, timeout=(0.5, 0.5), sleep=Sleeps()))
     with pytest.raises(LLMUnavailable) as info:
         backend.complete(MESSAGES, max_tokens=5)
     assert "pw" not in str(info.value) and "abc" not in str(info.value)
@@ -330,22 +344,22 @@ def test_llm_html_answer_is_a_bad_response(canned):
     """issue 3: a URL pointing at a web page (not the API) says so instead of failing obscurely."""
     url = canned(b"<html>KoboldAI Lite</html>", "text/html")
     with pytest.raises(LLMBadResponse, match="not JSON") as info:
-        OpenAICompatible(url, "m", sleep=Sleeps()).complete(MESSAGES, max_tokens=5)
+        OpenAICompatible(url, "m", **call(sleep=Sleeps())).complete(MESSAGES, max_tokens=5)
     assert not info.value.retryable
 
 
 def test_llm_empty_completion_is_a_retryable_bad_response(canned):
     url = canned(json.dumps({"choices": [{"message": {"content": "  "}}]}).encode())
     with pytest.raises(LLMBadResponse, match="empty") as info:
-        OpenAICompatible(url, "m", sleep=Sleeps()).complete(MESSAGES, max_tokens=5)
+        OpenAICompatible(url, "m", **call(sleep=Sleeps())).complete(MESSAGES, max_tokens=5)
     assert info.value.retryable
 
 
 def test_llm_answer_cut_at_max_tokens_is_reported_as_such(canned):
     """issue 3: JSON broken because the model hit max_tokens says so (retrying cannot help)."""
     body = {"choices": [{"message": {"content": '{"summary": "Ayla went'}, "finish_reason": "length"}]}
-    backend = OpenAICompatible(canned(json.dumps(body).encode()), "m", sleep=Sleeps())
-    prompt = prompts.chunk_summary([ChatMessage("a", "Ayla", "I went home.")])
+    backend = OpenAICompatible(canned(json.dumps(body).encode()), "m", **call(sleep=Sleeps()))
+    prompt = chunk_summary([ChatMessage("a", "Ayla", "I went home.")], **limits("chunk_summary"))
     with pytest.raises(LLMBadResponse, match="cut off at max_tokens") as info:
         run_prompt(prompt, backend)
     assert not info.value.retryable
@@ -363,7 +377,7 @@ def test_llm_run_prompt_openai_mode_renders_completes_parses(fake):
                              "quotes": [{"speaker": "Ayla", "text": "Then I'll wait by the gate",
                                          "message": "m2"}]})])
     backend, _ = client(fake)
-    result = run_prompt(prompts.chunk_summary(CHUNK), backend)
+    result = run_prompt(chunk_summary(CHUNK, **limits("chunk_summary")), backend)
     assert isinstance(result, Summary)
     assert result.covers == ("id-1", "id-2")
     assert [(q.text, q.message_id) for q in result.quotes] == [("Then I\u2019ll wait by the gate", "id-2")]
@@ -373,84 +387,59 @@ def test_llm_run_prompt_openai_mode_renders_completes_parses(fake):
 
 
 def test_llm_garbage_answer_is_a_parse_error_and_nothing_is_returned(fake):
-    """issue 3: a malformed answer fails the job with a clear error (prompts.PromptParseError)."""
+    """issue 3: a malformed answer fails the job with a clear error (PromptParseError)."""
     fake.garbage_next(1)
     backend, _ = client(fake)
-    with pytest.raises(prompts.PromptParseError, match="chunk_summary"):
-        run_prompt(prompts.chunk_summary(CHUNK), backend)
+    with pytest.raises(PromptParseError, match="chunk_summary"):
+        run_prompt(chunk_summary(CHUNK, **limits("chunk_summary")), backend)
 
 
 def test_llm_run_prompt_extractive_mode_needs_no_server():
     """issue 3 (extractive mode): no backend -> the extractive result, same type as the parser's."""
-    prompt = prompts.chunk_summary(CHUNK)
+    prompt = chunk_summary(CHUNK, **limits("chunk_summary"))
     result = run_prompt(prompt, None)
     assert isinstance(result, Summary)
-    assert result == extractive.run(prompt)
+    assert result == fallback(prompt)
 
 
 def test_llm_client_mode_payload_round_trip(fake):
     """issue 3 (client mode): the job carries Prompt.to_payload(); the extension's text comes back
     and goes through the same parser (here the text comes from the fake model over HTTP)."""
-    payload = json.loads(json.dumps(prompts.chunk_summary(CHUNK).to_payload()))
+    payload = json.loads(json.dumps(chunk_summary(CHUNK, **limits("chunk_summary")).to_payload()))
     fake.script([json.dumps({"summary": "Red will return at dawn.", "quotes": []})])
     backend, _ = client(fake)
     text = backend.complete([{"role": "system", "content": payload["system"]},
                              {"role": "user", "content": payload["user"]}],
                             max_tokens=payload["max_tokens"])
-    result = prompts.parse(prompts.Prompt.from_payload(payload), text)
+    result = parse(Prompt.from_payload(payload), text)
     assert result.text == "Red will return at dawn." and result.covers == ("id-1", "id-2")
 
 
 def test_llm_run_prompt_json_mode(fake):
     fake.script([json.dumps({"summary": "x", "quotes": []})])
     backend, _ = client(fake)
-    run_prompt(prompts.chunk_summary(CHUNK), backend, json_mode="json_schema")
+    run_prompt(chunk_summary(CHUNK, **limits("chunk_summary")), backend, json_mode="json_schema")
     fmt = fake.completions()[-1]["response_format"]
     assert fmt["type"] == "json_schema"
-    assert fmt["json_schema"]["schema"] == prompts.SCHEMAS["chunk_summary"]
+    assert fmt["json_schema"]["schema"] == TASKS["chunk_summary"].schema
 
 
-def test_llm_make_backend_per_mode(fake):
+def test_llm_make_backend_per_mode(fake, tmp_path):
     """issue 3: the three LLM modes — openai gets a client, extractive none, client none server-side."""
-    backend = llm.make_backend("openai", url=fake.url, model="m", sleep=Sleeps())
+    base = {"data_dir": str(tmp_path)}
+    openai = load_settings({**base, "llm_mode": "openai", "llm_url": fake.url, "llm_model": "m"}, environ={})
+    backend = llm.make_backend(openai, sleep=Sleeps())
     assert isinstance(backend, OpenAICompatible)
-    assert llm.make_backend("extractive") is None
+    assert llm.make_backend(load_settings(base, environ={})) is None
     with pytest.raises(LLMConfigError, match="extension"):
-        llm.make_backend("client")
+        llm.make_backend(load_settings({**base, "llm_mode": "client"}, environ={}))
     with pytest.raises(LLMConfigError, match="llm_mode"):
-        llm.make_backend("gpt")
-
-
-def test_llm_settings_defaults_match_the_modules():
-    """Every limit is a named setting: the table's defaults are the modules' constants."""
-    from server_plugin.jobs import extractive as X
-    from server_plugin.settings import TABLE
-    expected = {
-        "llm_connect_timeout": llm.CONNECT_TIMEOUT, "llm_read_timeout": llm.READ_TIMEOUT,
-        "llm_retries": llm.RETRIES, "llm_backoff_base": llm.BACKOFF_BASE,
-        "llm_backoff_max": llm.BACKOFF_MAX, "llm_retry_after_max": llm.RETRY_AFTER_MAX,
-        "summary_recent_tokens": prompts.SUMMARY_RECENT_TOKENS,
-        "summary_consolidated_tokens": prompts.SUMMARY_CONSOLIDATED_TOKENS,
-        "summary_long_term_tokens": prompts.SUMMARY_LONG_TERM_TOKENS,
-        "summary_max_quotes": prompts.SUMMARY_MAX_QUOTES,
-        "session_full_tokens": prompts.SESSION_FULL_TOKENS,
-        "session_short_tokens": prompts.SESSION_SHORT_TOKENS,
-        "deep_memory_max_items": prompts.DEEP_MEMORY_MAX_ITEMS,
-        "character_memories_per_character": prompts.CHARACTER_MEMORIES_PER_CHARACTER,
-        "character_memory_tokens": X.CHARACTER_MEMORY_TOKENS, "scenes_max": prompts.SCENES_MAX,
-        "scene_summary_tokens": X.SCENE_TOKENS, "scene_gap_minutes": X.SCENE_GAP_MINUTES,
-        "scene_max_messages": X.SCENE_MAX_MESSAGES,
-        "description_max_chars": prompts.DESCRIPTION_MAX_CHARS,
-        "save_from_conversation_max_messages": prompts.SAVE_FROM_CONVERSATION_MAX_MESSAGES,
-        "save_from_conversation_max_drafts": prompts.SAVE_FROM_CONVERSATION_MAX_DRAFTS,
-        "memory_max_chars": prompts.MEMORY_MAX_CHARS,
-    }
-    assert {name: TABLE[name].default for name in expected} == expected
+        llm.make_backend(SimpleNamespace(llm_mode="gpt"))  # load_settings refuses it already
 
 
 def test_llm_backend_from_settings(fake, tmp_path):
     """issue 3: the mode and the llm_* settings build the backend; extractive and client need none."""
-    from server_plugin.settings import SettingsError, load_settings
+    from server_plugin.settings import SettingsError
     base = {"data_dir": str(tmp_path)}
     assert llm.backend_from_settings(load_settings(base, environ={})) is None
     assert llm.backend_from_settings(load_settings({**base, "llm_mode": "client"}, environ={})) is None

@@ -10,25 +10,40 @@ import pytest
 from fakellm import GARBAGE
 
 from server_plugin.core.quotes import Quote
-from server_plugin.jobs import prompts as P
-from server_plugin.jobs.prompts import (
-    CharacterMemory,
+from server_plugin.jobs.tasks.base import (
     CharacterRef,
     ChatMessage,
     Extraction,
+    Prompt,
+    PromptParseError,
+    extract_json,
+    to_dict,
+)
+from server_plugin.jobs.tasks.episodes import (
+    CharacterMemory,
+    SceneSummary,
+    character_memories,
+    scene_summaries,
+)
+from server_plugin.jobs.tasks.memories import (
     MemoryDraft,
+    durable_memories,
+    memories_from_description,
+    save_from_conversation,
+)
+from server_plugin.jobs.tasks.registry import TASKS, parse
+from server_plugin.jobs.tasks.summaries import (
     NoteInput,
     NoteProposal,
-    PromptParseError,
-    SceneSummary,
-    SecretInput,
     SessionSummary,
     Summary,
     SummaryInput,
-    ToldEvent,
-    extract_json,
-    parse,
+    chunk_summary,
+    merge_summaries,
+    session_summary,
 )
+from server_plugin.jobs.tasks.told import SecretInput, ToldEvent, told_events
+from tests.taskkit import DEFAULTS, limits
 
 SAM = CharacterRef("persona-sam", "Sam", is_player=True)
 AYLA = CharacterRef("ayla.png", "Ayla", aliases=("Ay",))
@@ -86,7 +101,7 @@ def test_parse_rejects_ambiguous_or_broken_json(bad, reason):
 def test_parse_error_names_the_task_and_quotes_the_answer():
     """issue 3: the error is a sentence a person can act on: task, reason, start of the answer."""
     with pytest.raises(PromptParseError) as info:
-        parse(P.chunk_summary(CHAT), GARBAGE)
+        parse(chunk_summary(CHAT, **limits("chunk_summary")), GARBAGE)
     message = str(info.value)
     assert message.startswith("chunk_summary: the model's answer was rejected")
     assert "garbage" in message
@@ -94,15 +109,16 @@ def test_parse_error_names_the_task_and_quotes_the_answer():
 
 
 ALL_TASKS = [
-    P.chunk_summary(CHAT),
-    P.merge_summaries([SummaryInput("s-1", "A."), SummaryInput("s-2", "B.")]),
-    P.session_summary(CHAT),
-    P.durable_memories(CHAT, CAST),
-    P.character_memories(CHAT, CAST),
-    P.scene_summaries(CHAT, CAST),
-    P.told_events(CHAT, CAST, [SecretInput("lore-9", "The key is under the third stone.", ("bren.png",))]),
-    P.memories_from_description("Sam is afraid of the dark.", AYLA),
-    P.save_from_conversation(CHAT[:2], AYLA),
+    chunk_summary(CHAT, **limits("chunk_summary")),
+    merge_summaries([SummaryInput("s-1", "A."), SummaryInput("s-2", "B.")], **limits("merge_summaries")),
+    session_summary(CHAT, **limits("session_summary")),
+    durable_memories(CHAT, CAST, **limits("durable_memories")),
+    character_memories(CHAT, CAST, **limits("character_memories")),
+    scene_summaries(CHAT, CAST, **limits("scene_summaries")),
+    told_events(CHAT, CAST, [SecretInput("lore-9", "The key is under the third stone.", ("bren.png",))],
+                **limits("told_events")),
+    memories_from_description("Sam is afraid of the dark.", AYLA, **limits("memories_from_description")),
+    save_from_conversation(CHAT[:2], AYLA, **limits("save_from_conversation")),
 ]
 
 
@@ -119,8 +135,8 @@ def test_every_prompt_states_its_format_and_round_trips(prompt):
     """issue 3 (client mode): each prompt asks for JSON, carries its schema, and survives the
     JSON round trip a job row and the extension impose."""
     assert "JSON" in prompt.system
-    assert prompt.json_schema == P.SCHEMAS[prompt.task]
-    again = P.Prompt.from_payload(json.loads(json.dumps(prompt.to_payload())))
+    assert prompt.json_schema == TASKS[prompt.task].schema
+    again = Prompt.from_payload(json.loads(json.dumps(prompt.to_payload())))
     assert again == prompt
     assert prompt.messages[0]["role"] == "system" and prompt.messages[1]["role"] == "user"
     assert prompt.max_tokens > 0
@@ -132,14 +148,14 @@ def test_client_mode_generate_raw_arguments():
     args = prompt.for_client()
     assert args["systemPrompt"] == prompt.system and args["prompt"] == prompt.user
     assert args["responseLength"] == prompt.max_tokens
-    assert args["jsonSchema"]["value"] == P.SCHEMAS["chunk_summary"]
+    assert args["jsonSchema"]["value"] == TASKS["chunk_summary"].schema
 
 
 def test_response_format_modes():
     prompt = ALL_TASKS[0]
     assert prompt.response_format("off") is None
     assert prompt.response_format("json_object") == {"type": "json_object"}
-    assert prompt.response_format("json_schema")["json_schema"]["schema"] == P.SCHEMAS["chunk_summary"]
+    assert prompt.response_format("json_schema")["json_schema"]["schema"] == TASKS["chunk_summary"].schema
     with pytest.raises(ValueError):
         prompt.response_format("yaml")
 
@@ -149,7 +165,7 @@ def test_response_format_modes():
 def test_rv3_chunk_prompt_labels_messages_and_asks_for_names_decisions_promises_quotes():
     """rule RV3: the recent-tier prompt keeps names, decisions, promises and exact quotes; messages
     carry labels the model cites (never the raw ids)."""
-    prompt = P.chunk_summary(CHAT, previous="Earlier: they met at the inn.")
+    prompt = chunk_summary(CHAT, previous="Earlier: they met at the inn.", **limits("chunk_summary"))
     for needle in ("name", "decision", "promise", "quotes", "[m1] Sam (player):", "[m4]",
                    "Earlier: they met at the inn."):
         assert needle in prompt.system + prompt.user
@@ -158,7 +174,7 @@ def test_rv3_chunk_prompt_labels_messages_and_asks_for_names_decisions_promises_
 
 def test_rv3_chunk_summary_parses_and_maps_labels_to_ids():
     """rule RV3: a valid answer becomes a Summary covering the chunk's message ids."""
-    prompt = P.chunk_summary(CHAT)
+    prompt = chunk_summary(CHAT, **limits("chunk_summary"))
     result = parse(prompt, answer({"summary": "Sam asked to be called Red; Ayla promised to remember.",
                                    "quotes": [q("Ayla", "I'll remember that, Red. I promise.", "m2")]}))
     assert isinstance(result, Summary)
@@ -169,7 +185,7 @@ def test_rv3_chunk_summary_parses_and_maps_labels_to_ids():
 
 def test_sw8_chunk_summary_drops_a_fabricated_quote_and_counts_it():
     """rule SW8: a quote that is not in the cited message is dropped and reported, not stored."""
-    prompt = P.chunk_summary(CHAT)
+    prompt = chunk_summary(CHAT, **limits("chunk_summary"))
     result = parse(prompt, answer({"summary": "They talked.", "quotes": [
         q("Ayla", "I will love you forever", "m2"),
         q("Bren", "The key is under the third stone", "m3")]}))
@@ -190,11 +206,11 @@ def test_sw8_chunk_summary_drops_a_fabricated_quote_and_counts_it():
 def test_rv3_chunk_summary_malformed_answers_are_rejected(bad, reason):
     """issue 3: wrong types, missing or unknown keys, blank text and uncited labels fail the parse."""
     with pytest.raises(PromptParseError, match=reason):
-        parse(P.chunk_summary(CHAT), answer(bad))
+        parse(chunk_summary(CHAT, **limits("chunk_summary")), answer(bad))
 
 
 def test_rv3_chunk_summary_keeps_at_most_max_quotes():
-    prompt = P.chunk_summary(CHAT, max_quotes=1)
+    prompt = chunk_summary(CHAT, **limits("chunk_summary", max_quotes=1))
     result = parse(prompt, answer({"summary": "x", "quotes": [
         q("Sam", "Call me Red.", "m1"), q("Bren", "The key is under the third stone", "m3")]}))
     assert len(result.quotes) == 1
@@ -216,7 +232,7 @@ CHILDREN = [
 def test_rv3_merge_reads_the_given_edited_texts_and_picks_quotes_by_label():
     """rule RV3: 4 summaries -> 1; the merge reads the (edited) texts; kept quotes keep their
     original message ids, so a merge can never invent a quote."""
-    prompt = P.merge_summaries(CHILDREN, tier="consolidated")
+    prompt = merge_summaries(CHILDREN, tier="consolidated", **limits("merge_summaries"))
     assert "edited by a person: really named Red" in prompt.user
     assert "[q2] Bren:" in prompt.user and "[s4]" in prompt.user
     result = parse(prompt, answer({"summary": "Red met Ayla; Bren revealed the key; a storm came.",
@@ -226,12 +242,13 @@ def test_rv3_merge_reads_the_given_edited_texts_and_picks_quotes_by_label():
 
 
 def test_rv3_merge_long_term_tier_and_bad_labels():
-    prompt = P.merge_summaries(CHILDREN, tier="long_term")
-    assert prompt.inputs["budget_tokens"] == P.SUMMARY_LONG_TERM_TOKENS
+    prompt = merge_summaries(CHILDREN, tier="long_term",
+                             **limits("merge_summaries", budget_tokens=DEFAULTS.summary_long_term_tokens))
+    assert prompt.inputs["budget_tokens"] == DEFAULTS.summary_long_term_tokens
     with pytest.raises(PromptParseError, match="'q7' is not one of the quote labels"):
         parse(prompt, answer({"summary": "x", "keep_quotes": ["q7"]}))
     with pytest.raises(ValueError):
-        P.merge_summaries(CHILDREN, tier="recent")
+        merge_summaries(CHILDREN, tier="recent", **limits("merge_summaries"))
 
 
 # --- sessions (SW2, SW3) -----------------------------------------------------------------------
@@ -241,7 +258,7 @@ def test_sw2_session_summary_full_short_threads_and_resolved_notes():
     and given open notes marked resolved by label."""
     notes = [NoteInput("note-1", "Find the key.", 4), NoteInput("note-2", "Repay Bren.", 2)]
     earlier = [SummaryInput("sum-9", "Earlier that night they met.")]
-    prompt = P.session_summary(CHAT, earlier=earlier, open_notes=notes, session=3)
+    prompt = session_summary(CHAT, earlier=earlier, open_notes=notes, session=3, **limits("session_summary"))
     assert "[n1] (priority 4) Find the key." in prompt.user and "Session 3" in prompt.user
     result = parse(prompt, answer({
         "full": "Sam, now Red, met Ayla. Bren revealed where the key is.",
@@ -264,7 +281,8 @@ def test_sw2_session_summary_full_short_threads_and_resolved_notes():
 ])
 def test_sw2_session_summary_malformed(patch, reason):
     base = {"full": "f", "short": "s", "quotes": [], "open_threads": [], "resolved": []}
-    prompt = P.session_summary(CHAT, open_notes=[NoteInput("note-1", "Find the key.")])
+    prompt = session_summary(CHAT, open_notes=[NoteInput("note-1", "Find the key.")],
+                             **limits("session_summary"))
     with pytest.raises(PromptParseError, match=reason):
         parse(prompt, answer({**base, **patch}))
 
@@ -274,7 +292,8 @@ def test_sw2_session_summary_malformed(patch, reason):
 def test_rv18_durable_prompt_draws_the_line_between_facts_and_summaries():
     """rule RV18: the prompt asks for names, birthdays, allergies, promises — not mood, plot or
     relationships — a few at most (RV13)."""
-    prompt = P.durable_memories(CHAT, CAST, existing=["Sam's birthday is in May."], max_items=3)
+    prompt = durable_memories(CHAT, CAST, existing=["Sam's birthday is in May."],
+                              **limits("durable_memories", max_items=3))
     text = prompt.system + prompt.user
     for needle in ("preferred name", "birthday", "allergy", "promise", "NOT moods",
                    "NOT plot progress", "NOT changing relationships", "At most 3",
@@ -284,7 +303,7 @@ def test_rv18_durable_prompt_draws_the_line_between_facts_and_summaries():
 
 def test_rv13_durable_memories_parse_scope_character_and_sources():
     """rule RV13: each item has the character concerned, a scope, text and its source message ids."""
-    prompt = P.durable_memories(CHAT, CAST)
+    prompt = durable_memories(CHAT, CAST, **limits("durable_memories"))
     result = parse(prompt, answer({"memories": [
         {"character": "c2", "scope": "character", "kind": "name",
          "text": "Sam wants to be called Red.", "messages": ["m1"]},
@@ -298,7 +317,8 @@ def test_rv13_durable_memories_parse_scope_character_and_sources():
 
 def test_rv13_durable_memories_are_bounded_and_not_repeated():
     """rule RV13: a few items per run (extra ones reported, not stored); already-saved texts skipped."""
-    prompt = P.durable_memories(CHAT, CAST, existing=["sam wants to be called  RED."], max_items=1)
+    prompt = durable_memories(CHAT, CAST, existing=["sam wants to be called  RED."],
+                              **limits("durable_memories", max_items=1))
     mem = lambda text: {"character": "c2", "scope": "character", "kind": "fact", "text": text,  # noqa: E731
                         "messages": ["m1"]}
     result = parse(prompt, answer({"memories": [mem("Sam wants to be called Red."),
@@ -321,7 +341,8 @@ def test_rv8_rv13_durable_memories_malformed(patch, reason):
     """rules RV8 (500 characters), RV4 (scope), RV13: a malformed item fails the whole answer."""
     item = {"character": "c2", "scope": "character", "kind": "fact", "text": "ok", "messages": ["m1"]}
     with pytest.raises(PromptParseError, match=reason):
-        parse(P.durable_memories(CHAT, CAST), answer({"memories": [{**item, **patch}]}))
+        parse(durable_memories(CHAT, CAST, **limits("durable_memories")),
+              answer({"memories": [{**item, **patch}]}))
 
 
 # --- character memories (SW4) -----------------------------------------------------------------
@@ -329,7 +350,7 @@ def test_rv8_rv13_durable_memories_malformed(patch, reason):
 def test_sw4_character_memory_standard_format():
     """rule SW4: character_id, summary (own point of view), feeling, quotes {speaker, text,
     message_id}, participants, witnesses, session, importance, source_message_ids."""
-    prompt = P.character_memories(CHAT, CAST, session=5)
+    prompt = character_memories(CHAT, CAST, session=5, **limits("character_memories"))
     assert "Ayla" in prompt.system and "c2 (Ayla)" in prompt.system and "c1 (Sam)" not in prompt.system
     result = parse(prompt, answer({"memories": [{
         "character": "c2", "summary": "Ayla learned that Sam wants to be called Red.",
@@ -346,7 +367,7 @@ def test_sw4_character_memory_standard_format():
 
 def test_sw9b_witnesses_are_the_chat_members_not_the_models_guess():
     """rule SW9b: witnesses of a scene are the chat's members; the model does not decide them."""
-    result = parse(P.character_memories(CHAT, CAST), answer({"memories": [{
+    result = parse(character_memories(CHAT, CAST, **limits("character_memories")), answer({"memories": [{
         "character": "c3", "summary": "Bren whispered the secret.", "feeling": "nervous", "quotes": [],
         "participants": ["c3"], "importance": 2, "messages": ["m3"]}]}))
     assert result.items[0].witnesses == ("persona-sam", "ayla.png", "bren.png")
@@ -355,7 +376,8 @@ def test_sw9b_witnesses_are_the_chat_members_not_the_models_guess():
 def test_sw4_character_memories_limits_and_unrequested_characters():
     """rule SW4: memories for a character not asked for, or beyond the per-character limit, are
     reported and not kept; importance must be 1-5."""
-    prompt = P.character_memories(CHAT, CAST, for_ids=["ayla.png"], per_character=1)
+    prompt = character_memories(CHAT, CAST, for_ids=["ayla.png"],
+                                **limits("character_memories", per_character=1))
     mem = {"character": "c2", "summary": "s", "feeling": "f", "quotes": [], "participants": [],
            "importance": 3, "messages": ["m2"]}
     result = parse(prompt, answer({"memories": [mem, mem, {**mem, "character": "c3"}]}))
@@ -363,14 +385,14 @@ def test_sw4_character_memories_limits_and_unrequested_characters():
     with pytest.raises(PromptParseError, match="less than the minimum of 1"):
         parse(prompt, answer({"memories": [{**mem, "importance": 0}]}))
     with pytest.raises(ValueError, match="not among the characters"):
-        P.character_memories(CHAT, CAST, for_ids=["nobody.png"])
+        character_memories(CHAT, CAST, for_ids=["nobody.png"], **limits("character_memories"))
 
 
 # --- scenes (SW5) -------------------------------------------------------------------------------
 
 def test_sw5_scene_summaries_parse_with_quotes():
     """rule SW5: scenes with dialogue and actions and verified exact quotes."""
-    prompt = P.scene_summaries(CHAT, CAST, session=2)
+    prompt = scene_summaries(CHAT, CAST, session=2, **limits("scene_summaries"))
     result = parse(prompt, answer({"scenes": [{
         "title": "Names and secrets", "summary": "Sam asks to be called Red; Bren whispers to Ayla.",
         "quotes": [q("Bren", "The key is under the third stone", "m3"),
@@ -393,7 +415,7 @@ SECRET = SecretInput("lore-9", "The key is hidden under the third stone.", ("bre
 
 def test_sw9b_told_event_with_verified_evidence():
     """rule SW9b: "X told Y about Z" is kept with its evidence verified verbatim in the message."""
-    prompt = P.told_events(CHAT, CAST, [SECRET])
+    prompt = told_events(CHAT, CAST, [SECRET], **limits("told_events"))
     assert "[k1] The key is hidden under the third stone. (known by: c3)" in prompt.user
     result = parse(prompt, answer({"events": [{"teller": "c3", "listeners": ["c2", "c3"],
                                                "secret": "k1", "message": "m3",
@@ -405,7 +427,7 @@ def test_sw9b_told_event_with_verified_evidence():
 
 def test_sw9b_told_event_with_fabricated_evidence_is_dropped():
     """rules SW9b, SW8: an event whose evidence is not in the message is dropped and counted."""
-    result = parse(P.told_events(CHAT, CAST, [SECRET]), answer({"events": [{
+    result = parse(told_events(CHAT, CAST, [SECRET], **limits("told_events")), answer({"events": [{
         "teller": "c3", "listeners": ["c2"], "secret": "k1", "message": "m3",
         "evidence": "I buried the key myself"}]}))
     assert result.items == ()
@@ -414,7 +436,7 @@ def test_sw9b_told_event_with_fabricated_evidence_is_dropped():
 
 def test_sw9b_told_event_bad_labels():
     with pytest.raises(PromptParseError, match="secret labels"):
-        parse(P.told_events(CHAT, CAST, [SECRET]), answer({"events": [{
+        parse(told_events(CHAT, CAST, [SECRET], **limits("told_events")), answer({"events": [{
             "teller": "c3", "listeners": ["c2"], "secret": "k2", "message": "m3", "evidence": "x"}]}))
 
 
@@ -422,26 +444,27 @@ def test_sw9b_told_event_bad_labels():
 
 def test_rv9c_generate_from_description_never_reads_the_chat():
     """rule RV9c: from a person's text of at most 1,000 characters; no chat in the prompt."""
-    prompt = P.memories_from_description("Sam hates thunder. Sam's sister is called Mira.", AYLA)
+    prompt = memories_from_description("Sam hates thunder. Sam's sister is called Mira.", AYLA,
+                                       **limits("memories_from_description"))
     assert "What should Ayla remember?" in prompt.user and "<messages>" not in prompt.user
     result = parse(prompt, answer({"memories": [{"kind": "preference", "text": "Sam hates thunder."},
                                                 {"kind": "fact", "text": "Sam's sister is Mira."}]}))
     assert result.items[0] == MemoryDraft("Sam hates thunder.", "character", "ayla.png", "preference")
-    glob = parse(P.memories_from_description("Magic is rare.", None),
+    glob = parse(memories_from_description("Magic is rare.", None, **limits("memories_from_description")),
                  answer({"memories": [{"kind": "fact", "text": "Magic is rare."}]}))
     assert glob.items[0].scope == "global" and glob.items[0].character_id is None
     with pytest.raises(ValueError, match="1000"):
-        P.memories_from_description("x" * 1001, AYLA)
+        memories_from_description("x" * 1001, AYLA, **limits("memories_from_description"))
     with pytest.raises(ValueError, match="empty"):
-        P.memories_from_description("  ", AYLA)
+        memories_from_description("  ", AYLA, **limits("memories_from_description"))
 
 
 def test_rv9d_save_from_conversation_bounds():
     """rule RV9d: at most 20 selected messages, at most 5 drafts, each citing its messages."""
     many = [ChatMessage(f"id{i}", "Sam", f"line {i}", "user") for i in range(21)]
     with pytest.raises(ValueError, match="at most 20"):
-        P.save_from_conversation(many, AYLA)
-    prompt = P.save_from_conversation(many[:20], AYLA)
+        save_from_conversation(many, AYLA, **limits("save_from_conversation"))
+    prompt = save_from_conversation(many[:20], AYLA, **limits("save_from_conversation"))
     draft = {"kind": "promise", "text": "Sam promised.", "messages": ["m1", "m2"]}
     result = parse(prompt, answer({"memories": [draft] * 6}))
     assert len(result.items) == 5 and len(result.dropped_items) == 1
@@ -451,7 +474,8 @@ def test_rv9d_save_from_conversation_bounds():
 
 
 def test_to_dict_is_json_ready():
-    result = parse(P.chunk_summary(CHAT), answer({"summary": "x", "quotes": [q("Sam", "Call me Red.", "m1")]}))
-    data = P.to_dict(result)
+    result = parse(chunk_summary(CHAT, **limits("chunk_summary")),
+                   answer({"summary": "x", "quotes": [q("Sam", "Call me Red.", "m1")]}))
+    data = to_dict(result)
     assert json.loads(json.dumps(data)) == data
     assert data["quotes"][0] == {"speaker": "Sam", "text": "Call me Red.", "message_id": "uuid-0001"}

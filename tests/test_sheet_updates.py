@@ -9,12 +9,14 @@ import re
 
 import pytest
 
-from server_plugin.jobs import extractive, prompts
 from server_plugin.jobs import queue as jobs
-from server_plugin.jobs.prompts import CharacterRef, ChatMessage, Newcomer, PromptParseError, SheetInput
+from server_plugin.jobs.tasks import registry
+from server_plugin.jobs.tasks.base import CharacterRef, ChatMessage, Prompt, PromptParseError
+from server_plugin.jobs.tasks.sheets import Newcomer, SheetDraft, SheetInput, SheetProposals, sheet_updates
 from tests.chatkit import drain, iso, job_rows
 from tests.conftest import expect_ok
 from tests.episodekit import QUIET, Labels, chat, end_session, fake, line, post_lines, register_cast  # noqa: F401  (a fixture)
+from tests.taskkit import limits
 
 MESSAGES = [ChatMessage("a1", "Old Tom", "*The old boatman spits.* \"Forty years I've mended nets here.\"",
                         role="assistant"),
@@ -22,15 +24,15 @@ MESSAGES = [ChatMessage("a1", "Old Tom", "*The old boatman spits.* \"Forty years
 CAST = [CharacterRef("ayla.png", "Ayla"), CharacterRef("kai.png", "Kai", is_player=True)]
 
 
-def task(**kw) -> prompts.Prompt:
+def task(**kw) -> Prompt:
     sheets = kw.pop("sheets", [SheetInput("ayla.png", {"personality": "Quiet.", "appearance": "Long hair."},
                                           ("personality",))])
-    made = prompts.sheet_updates(MESSAGES, CAST, sheets, [Newcomer("Old Tom", 6, 2)], **kw)
-    return prompts.Prompt.from_payload(json.loads(json.dumps(made.to_payload())))  # as a job stores it
+    made = sheet_updates(MESSAGES, CAST, sheets, [Newcomer("Old Tom", 6, 2)], **limits("sheet_updates", **kw))
+    return Prompt.from_payload(json.loads(json.dumps(made.to_payload())))  # as a job stores it
 
 
-def parse(prompt: prompts.Prompt, answer: dict) -> prompts.SheetProposals:
-    return prompts.parse(prompt, json.dumps(answer))
+def parse(prompt: Prompt, answer: dict) -> SheetProposals:
+    return registry.parse(prompt, json.dumps(answer))
 
 
 def test_sw1_prompt_marks_kept_fields_and_lists_newcomers():
@@ -49,8 +51,8 @@ def test_sw1_parser_keeps_drafts_and_updates_and_leaves_out_kept_fields_and_secr
         "new": [{"newcomer": "n1", "fields": {"role": "Boatman of the harbour", "secrets": "Smuggles."}}],
         "updates": [{"character": "c1", "fields": {"personality": "Loud.", "appearance": "Short hair."}},
                     {"character": "c2", "fields": {"appearance": "Tall."}}]})
-    assert out.drafts == (prompts.SheetDraft(None, "Old Tom", {"role": "Boatman of the harbour"}),)
-    assert out.updates == (prompts.SheetDraft("ayla.png", "Ayla", {"appearance": "Short hair."}),)
+    assert out.drafts == (SheetDraft(None, "Old Tom", {"role": "Boatman of the harbour"}),)
+    assert out.updates == (SheetDraft("ayla.png", "Ayla", {"appearance": "Short hair."}),)
     assert out.dropped == ("Old Tom: secrets are not written by a model",
                            "Ayla: personality is kept by a person", "not asked for: the sheet of kai.png")
 
@@ -80,7 +82,7 @@ def test_sw1_malformed_answers_fail_the_parse(answer, reason):
 def test_sw1_extractive_infers_nothing():
     """rule SW1 without a model: nothing is inferred about a character (the minimal sheet is
     drafted elsewhere); the result says so."""
-    out = extractive.run(task())
+    out = registry.fallback(task())
     assert out.drafts == () and out.updates == () and out.dropped
 
 

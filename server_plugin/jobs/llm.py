@@ -4,8 +4,9 @@ Modes (setting `llm_mode`):
 - `openai`: any OpenAI-compatible `/v1/chat/completions` endpoint (KoboldCpp, llama.cpp server,
   Ollama, LM Studio, vLLM, OpenRouter, OpenAI…) through `OpenAICompatible`;
 - `client`: the SillyTavern extension claims the job, runs `Prompt.to_payload()` through
-  `generateRaw`, and posts the text back; the job queue then calls `prompts.parse` (no backend here);
-- `extractive`: no model at all; `extractive.run(prompt)` builds the result from the text itself.
+  `generateRaw`, and posts the text back; the worker then parses it with the prompt's Task
+  (`tasks/registry.py`; no backend here);
+- `extractive`: no model at all; the prompt's `Task.fallback` builds the result from the text itself.
 
 `run_prompt(prompt, backend)` is the whole pipeline for the two server-side modes:
 render (done by the caller) -> complete -> parse. Errors say whether retrying can help
@@ -20,22 +21,20 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
-from . import extractive, prompts
+from .tasks.base import PromptParseError
+from .tasks.registry import task_of
+
+if TYPE_CHECKING:
+    from ..settings import Settings
+    from .tasks.base import Prompt
 
 log = logging.getLogger(__name__)
 
-# Defaults of the settings this module needs.
-CONNECT_TIMEOUT = 10.0  # llm_connect_timeout (s)
-READ_TIMEOUT = 180.0  # llm_read_timeout (s): local models on a CPU are slow
-RETRIES = 3  # llm_retries: attempts after the first
-BACKOFF_BASE = 1.0  # llm_backoff_base (s): first wait, doubled each retry
-BACKOFF_MAX = 30.0  # llm_backoff_max (s)
-RETRY_AFTER_MAX = 120.0  # llm_retry_after_max (s): a longer Retry-After is left to the job queue
 RETRYABLE_4XX = (408, 425)  # request timeout, too early: transient, unlike the other 4xx
 
 
@@ -178,19 +177,20 @@ _REJECTED_HINTS = {
 class OpenAICompatible:
     """A client for any OpenAI-compatible chat-completions server, with retries and backoff.
 
-    Retries (at most `retries` times after the first attempt) on connection errors, timeouts,
-    408, 425, 429 and 5xx, waiting `min(backoff_max, backoff_base * 2**n)` scaled by a random factor in
-    [0.5, 1] (jitter spreads out clients that failed together), or exactly what a Retry-After
-    header (on 429 or 5xx) asks when it asks at most `retry_after_max` seconds. Other 4xx are not retried.
+    `timeout` is (connect, read) seconds. Retries (at most `retries` times after the first
+    attempt) on connection errors, timeouts, 408, 425, 429 and 5xx, waiting
+    `min(backoff_max, backoff_base * 2**n)` scaled by a random factor in [0.5, 1] (jitter spreads
+    out clients that failed together), or exactly what a Retry-After header (on 429 or 5xx) asks
+    when it asks at most `retry_after_max` seconds. Other 4xx are not retried. Make one from the
+    llm_* settings with `make_backend`.
     The API key is sent only as a Bearer header and never appears in logs or error messages.
     """
 
     name = "openai"
 
     def __init__(self, url: str, model: str, key: str | None = None, *,
-                 timeout: float | tuple[float, float] = (CONNECT_TIMEOUT, READ_TIMEOUT),
-                 retries: int = RETRIES, backoff_base: float = BACKOFF_BASE,
-                 backoff_max: float = BACKOFF_MAX, retry_after_max: float = RETRY_AFTER_MAX,
+                 timeout: tuple[float, float], retries: int, backoff_base: float,
+                 backoff_max: float, retry_after_max: float,
                  sleep: Callable[[float], None] = time.sleep,
                  rand: Callable[[], float] = random.random,
                  extra_headers: dict[str, str] | None = None,
@@ -201,7 +201,7 @@ class OpenAICompatible:
                                  "serve one model accept any name, e.g. 'local'")
         self.model = model.strip()
         self._key = (key or "").strip() or None
-        self.timeout = timeout if isinstance(timeout, tuple) else (min(CONNECT_TIMEOUT, timeout), timeout)
+        self.timeout = timeout
         self.retries = max(0, int(retries))
         self.backoff_base, self.backoff_max = backoff_base, backoff_max
         self.retry_after_max = retry_after_max
@@ -343,13 +343,19 @@ def _completion_from(response: requests.Response, where: str) -> Completion:
 MODES = ("extractive", "openai", "client")
 
 
-def make_backend(mode: str, *, url: str = "", model: str = "", key: str | None = None,
-                 **options: Any) -> Backend | None:
-    """The backend for a mode: an OpenAICompatible for `openai`, None for `extractive` (run_prompt
-    then builds results without a model). `client` has no server-side backend: the job queue
-    hands the prompt to the extension instead, so asking for one is an error."""
+def make_backend(settings: Settings, **options: Any) -> Backend | None:
+    """The backend for `settings.llm_mode`: an OpenAICompatible for `openai` (llm_url, llm_model,
+    llm_key and the llm_* timeouts and retry settings; `options` replace any of its arguments, e.g.
+    a shorter timeout for a waiting person), None for `extractive` (run_prompt then builds results
+    without a model). `client` has no server-side backend: the job queue hands the prompt to the
+    extension instead, so asking for one is an error."""
+    mode = settings.llm_mode
     if mode == "openai":
-        return OpenAICompatible(url, model, key, **options)
+        call = {"timeout": (settings.llm_connect_timeout, settings.llm_read_timeout),
+                "retries": settings.llm_retries, "backoff_base": settings.llm_backoff_base,
+                "backoff_max": settings.llm_backoff_max, "retry_after_max": settings.llm_retry_after_max}
+        return OpenAICompatible(settings.llm_url, settings.llm_model, settings.llm_key or None,
+                                **{**call, **options})
     if mode == "extractive":
         return None
     if mode == "client":
@@ -358,27 +364,24 @@ def make_backend(mode: str, *, url: str = "", model: str = "", key: str | None =
     raise LLMConfigError(f"Unknown LLM mode {mode!r} (setting llm_mode): use one of {', '.join(MODES)}")
 
 
-def backend_from_settings(settings: Any, **options: Any) -> Backend | None:
-    """The backend `settings.llm_mode` asks for, with the llm_* timeouts and retry settings."""
-    if settings.llm_mode != "openai":
-        return make_backend(settings.llm_mode) if settings.llm_mode != "client" else None
-    return make_backend(
-        "openai", url=settings.llm_url, model=settings.llm_model, key=settings.llm_key or None,
-        timeout=(settings.llm_connect_timeout, settings.llm_read_timeout),
-        retries=settings.llm_retries, backoff_base=settings.llm_backoff_base,
-        backoff_max=settings.llm_backoff_max, retry_after_max=settings.llm_retry_after_max,
-        **options)
+def backend_from_settings(settings: Settings, **options: Any) -> Backend | None:
+    """The backend a background job uses: `make_backend`'s, and None in client mode too."""
+    if settings.llm_mode == "client":
+        return None
+    return make_backend(settings, **options)
 
 
-def run_prompt(prompt: prompts.Prompt, backend: Backend | None, *, json_mode: str = "off",
+def run_prompt(prompt: Prompt, backend: Backend | None, *, json_mode: str = "off",
                temperature: float = 0.0) -> Any:
-    """Run one task: through `backend` then the strict parser, or extractively when `backend` is None.
+    """Run one task: through `backend` then the task's strict parser, or its extractive fallback
+    when `backend` is None.
 
-    Raises LLMError (the call failed) or prompts.PromptParseError (the answer was malformed);
-    either way nothing has been stored, and the job may be retried.
+    Raises LLMError (the call failed) or PromptParseError (the answer was malformed); either way
+    nothing has been stored, and the job may be retried.
     """
+    task = task_of(prompt)
     if backend is None:
-        return extractive.run(prompt)
+        return task.fallback(prompt, None)
     kwargs = {"max_tokens": prompt.max_tokens, "temperature": temperature,
               "response_format": prompt.response_format(json_mode)}
     finish = None
@@ -388,8 +391,8 @@ def run_prompt(prompt: prompts.Prompt, backend: Backend | None, *, json_mode: st
     else:
         text = backend.complete(prompt.messages, **kwargs)
     try:
-        return prompts.parse(prompt, text)
-    except prompts.PromptParseError as e:
+        return task.parse_answer(prompt, text)
+    except PromptParseError as e:
         if finish == "length":  # say why the JSON is broken: the same call would break it again
             raise LLMBadResponse(
                 f"The model's answer was cut off at max_tokens={prompt.max_tokens} "

@@ -26,13 +26,15 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..clock import to_iso
 from ..errors import Conflict, NotFound
 from ..services import Services
 from ..store.db import Connection, dumps, loads
-from . import prompts
+
+if TYPE_CHECKING:
+    from .tasks.base import Prompt
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +57,7 @@ class Job:
 
 
 ApplyFn = Callable[["Services", Connection, Job, Any, Any], "dict[str, Any] | None"]
-BuildFn = Callable[["Services", Job], "prompts.Prompt | None"]
+BuildFn = Callable[["Services", Job], "Prompt | None"]
 PrepareFn = Callable[["Services", Job, Any], Any]
 
 
@@ -145,7 +147,7 @@ def list_jobs(svc: Services, *, state: str | None = None, chat_id: str | None = 
         if value is not None:
             where.append(f"{column}=?")
             args.append(value)
-    cap = int(svc.settings.jobs_list_max)
+    cap = svc.settings.jobs_list_max
     rows = svc.db.reader().execute(f"SELECT * FROM jobs WHERE {' AND '.join(where)}"
                                    " ORDER BY seq DESC LIMIT ?", (*args, min(cap, limit or cap)))
     return [to_dict(r) for r in rows]
@@ -162,7 +164,7 @@ def counts(svc: Services, chat_id: str | None = None) -> dict[str, int]:
 # --- enqueue ---------------------------------------------------------------------------------
 def enqueue(svc: Services, kind: str, *, chat_id: str | None = None, turn_id: str | None = None,
             ref: str | None = None, target: dict[str, Any] | None = None,
-            prompt: prompts.Prompt | None = None, dedupe: bool = True) -> str:
+            prompt: Prompt | None = None, dedupe: bool = True) -> str:
     """Queue a job (joining the caller's write transaction if there is one); returns its id.
 
     With `dedupe` and a `ref`, a pending job of the same kind, chat and ref is reused: it has not
@@ -180,7 +182,7 @@ def enqueue(svc: Services, kind: str, *, chat_id: str | None = None, turn_id: st
         conn.execute(
             "INSERT INTO jobs(id, kind, chat_id, turn_id, ref, state, max_attempts, not_before,"
             " payload, created_at, updated_at) VALUES (?,?,?,?,?,'pending',?,?,?,?,?)",
-            (job_id, kind, chat_id, turn_id, ref, int(svc.settings.job_max_attempts), now,
+            (job_id, kind, chat_id, turn_id, ref, svc.settings.job_max_attempts, now,
              dumps(payload), now, now))
         # Wake the worker once the job is committed: woken earlier, it would not see the job yet.
         svc.db.after_commit(svc.jobs_wake.set)

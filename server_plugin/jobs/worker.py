@@ -17,7 +17,9 @@ from ..clock import parse_iso
 from ..errors import Conflict, NotFound, Unprocessable
 from ..services import Services
 from ..store.db import dumps, loads, sqlite3
-from . import llm, prompts, queue
+from . import llm, queue
+from .tasks.base import Prompt, PromptParseError
+from .tasks.registry import task_of
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +43,10 @@ def runnable_here(svc: Services) -> list[str]:
 
 
 # --- running ---------------------------------------------------------------------------------
-def _prompt_for(svc: Services, job: queue.Job, handler: queue.Handler) -> prompts.Prompt | None:
+def _prompt_for(svc: Services, job: queue.Job, handler: queue.Handler) -> Prompt | None:
     if handler.build is not None:
         return handler.build(svc, job)
-    return prompts.Prompt.from_payload(job.prompt) if job.prompt else None
+    return Prompt.from_payload(job.prompt) if job.prompt else None
 
 
 def _finish(svc: Services, job: queue.Job, handler: queue.Handler, result: Any) -> bool:
@@ -62,7 +64,7 @@ def _finish(svc: Services, job: queue.Job, handler: queue.Handler, result: Any) 
 
 
 def _retryable(exc: BaseException) -> bool:
-    if isinstance(exc, prompts.PromptParseError):
+    if isinstance(exc, PromptParseError):
         return True  # the model may follow the format next time
     return bool(getattr(exc, "retryable", True))
 
@@ -71,7 +73,7 @@ def _delay(svc: Services, attempts: int, exc: BaseException) -> float:
     asked = getattr(exc, "retry_after", None)
     if asked is not None:
         return float(asked)
-    base, ceiling = float(svc.settings.job_backoff_base_seconds), float(svc.settings.job_backoff_max_seconds)
+    base, ceiling = svc.settings.job_backoff_base_seconds, svc.settings.job_backoff_max_seconds
     return min(ceiling, base * (2 ** max(0, attempts - 1)))
 
 
@@ -102,11 +104,11 @@ def _execute(svc: Services, job: queue.Job) -> None:
             _step_aside(svc)
             result = None if prompt is None else llm.run_prompt(
                 prompt, llm.backend_from_settings(svc.settings),
-                json_mode=svc.settings.llm_json_mode, temperature=float(svc.settings.llm_temperature))
+                json_mode=svc.settings.llm_json_mode, temperature=svc.settings.llm_temperature)
             _step_aside(svc)
         _finish(svc, job, handler, result)
     except Exception as exc:  # every failure is recorded on the job, never lost
-        if not isinstance(exc, (llm.LLMError, prompts.PromptParseError)):
+        if not isinstance(exc, (llm.LLMError, PromptParseError)):
             log.exception("job %s (%s) failed", job.id, job.kind)
         fail_attempt(svc, job, exc)
 
@@ -114,7 +116,7 @@ def _execute(svc: Services, job: queue.Job) -> None:
 def _step_aside(svc: Services) -> None:
     """Between a job's steps (its prompt, the model or extractive run, storing the result), let
     the requests in flight finish first (priority.py; only the background worker waits)."""
-    priority.step_aside(float(svc.settings.background_step_aside_seconds))
+    priority.step_aside(svc.settings.background_step_aside_seconds)
 
 
 def run_one(svc: Services) -> str | None:
@@ -188,8 +190,9 @@ def complete(svc: Services, job_id: str, text: str, attempt: int | None = None) 
     if handler is None or job.prompt is None:
         raise Conflict("job_not_runnable", f"Job {job_id} has no prompt or no handler here.")
     try:
-        result = prompts.parse(prompts.Prompt.from_payload(job.prompt), text)
-    except prompts.PromptParseError as exc:
+        prompt = Prompt.from_payload(job.prompt)
+        result = task_of(prompt).parse_answer(prompt, text)
+    except PromptParseError as exc:
         state = fail_attempt(svc, job, exc)
         raise Unprocessable("model_output_invalid", str(exc), [{"job": state}]) from None
     if not _finish(svc, job, handler, result):
@@ -244,7 +247,7 @@ class Worker:
             self._run()
 
     def _run(self) -> None:
-        poll = float(self.svc.settings.worker_poll_seconds)
+        poll = self.svc.settings.worker_poll_seconds
         while not self._stop.is_set():
             self.svc.jobs_wake.clear()
             _step_aside(self.svc)

@@ -12,16 +12,22 @@ RV10), the messages it came from, and their witnesses (SW9b).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import ChroniclerError
 from ..hooks import Hooks
-from ..jobs import prompts, queue
+from ..jobs import queue
 from ..jobs.queue import JobKinds
+from ..jobs.tasks.base import CharacterRef
+from ..jobs.tasks.memories import durable_memories
 from ..retrieval import docs
 from ..services import Services
 from ..store.db import Connection
 from . import characters, chats, memories, messages
+
+if TYPE_CHECKING:
+    from ..jobs.tasks.base import Extraction, Prompt
+    from ..jobs.tasks.memories import MemoryDraft
 
 KIND = "durable_memories"
 
@@ -49,7 +55,7 @@ def release(conn: Connection, job_ids: Sequence[str]) -> None:
     conn.executemany("UPDATE messages SET deep_job=NULL WHERE deep_job=?", [(j,) for j in job_ids])
 
 
-def _cast(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[prompts.CharacterRef]:
+def _cast(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[CharacterRef]:
     """The chat's members and the speakers of the messages, minus those not learning (RV14)."""
     ids = list(dict.fromkeys([*chats.members(conn, chat_id), *(r["speaker_id"] for r in rows if r["speaker_id"])]))
     cast = []
@@ -57,12 +63,12 @@ def _cast(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[prompts.C
         found = characters.fetch(conn, character_id)
         if found is None or not found["learn_from_chat"]:
             continue  # an unregistered id cannot hold memories; learning off stops saving (RV14)
-        cast.append(prompts.CharacterRef(found["id"], found["name"], found["is_player"],
-                                         tuple(found["aliases"])))
+        cast.append(CharacterRef(found["id"], found["name"], found["is_player"],
+                                 tuple(found["aliases"])))
     return cast
 
 
-def _existing(svc: Services, conn: Connection, cast: Sequence[prompts.CharacterRef]) -> list[str]:
+def _existing(svc: Services, conn: Connection, cast: Sequence[CharacterRef]) -> list[str]:
     ids = [c.id for c in cast]
     marks = ",".join("?" * len(ids))
     rows = conn.execute(f"SELECT text FROM memories WHERE scope='global' OR character_id IN ({marks})"
@@ -71,7 +77,7 @@ def _existing(svc: Services, conn: Connection, cast: Sequence[prompts.CharacterR
     return [r[0] for r in rows]
 
 
-def _build(svc: Services, job: queue.Job) -> prompts.Prompt | None:
+def _build(svc: Services, job: queue.Job) -> Prompt | None:
     conn = svc.db.reader()
     if not chats.memory_enabled(conn, job.chat_id):
         return None
@@ -80,27 +86,27 @@ def _build(svc: Services, job: queue.Job) -> prompts.Prompt | None:
     if not rows or all(c.is_player for c in cast):
         return None  # nobody left who may learn from this chat (RV14): filing facts as global
         # memories instead would slip past the switch
-    return prompts.durable_memories([messages.chat_message(svc, r) for r in rows], cast,
-                                    existing=_existing(svc, conn, cast),
-                                    max_items=svc.settings.deep_memory_max_items,
-                                    max_chars=svc.settings.memory_max_chars)
+    return durable_memories([messages.chat_message(svc, r) for r in rows], cast,
+                            existing=_existing(svc, conn, cast),
+                            max_items=svc.settings.deep_memory_max_items,
+                            max_chars=svc.settings.memory_max_chars)
 
 
-def _prepare(svc: Services, job: queue.Job, result: prompts.Extraction) -> None:
+def _prepare(svc: Services, job: queue.Job, result: Extraction) -> None:
     # Embed outside the write transaction; memories.create then finds the vectors in the cache.
     texts = [d.text for d in result.items]
     if texts:
         docs.prepare(svc, texts, svc.embed_wait())
 
 
-def _saved(conn: Connection, draft: prompts.MemoryDraft) -> bool:
+def _saved(conn: Connection, draft: MemoryDraft) -> bool:
     fold = " ".join(draft.text.casefold().split())
     rows = conn.execute("SELECT text FROM memories WHERE scope=? AND character_id IS ?",
                         (draft.scope, draft.character_id))
     return any(" ".join(r[0].casefold().split()) == fold for r in rows)
 
 
-def _apply(svc: Services, conn: Connection, job: queue.Job, result: prompts.Extraction,
+def _apply(svc: Services, conn: Connection, job: queue.Job, result: Extraction,
            prepared: Any) -> dict[str, Any]:
     if not chats.memory_enabled(conn, job.chat_id):
         return {"skipped": "memory is switched off for this chat (RV16)"}

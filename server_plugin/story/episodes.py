@@ -29,18 +29,22 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import asdict
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ..core.quotes import Quote, verify_quotes
 from ..errors import NotFound
 from ..hooks import Hooks
-from ..jobs import prompts, queue
+from ..jobs import queue
 from ..jobs.queue import JobKinds
+from ..jobs.tasks.episodes import character_memories, scene_summaries
 from ..retrieval import docs, visibility
 from ..retrieval.visibility import ItemRef
 from ..services import Services
 from ..store.db import Connection, dumps, loads
 from . import characters, chats, extraction, messages, told
+
+if TYPE_CHECKING:
+    from ..jobs.tasks.base import Extraction, Prompt
 
 MEMORY, SCENE = "character_memory", "scene_summary"  # item (and index) kinds
 MEMORIES_JOB, SCENES_JOB = "character_memories", "scene_summaries"
@@ -177,7 +181,7 @@ def queue_deep_run(svc: Services, conn: Connection, chat_id: str, turn_id: str |
 
 
 # --- building prompts ------------------------------------------------------------------------
-def _build_memories(svc: Services, job: queue.Job) -> prompts.Prompt | None:
+def _build_memories(svc: Services, job: queue.Job) -> Prompt | None:
     found = extraction.job_inputs(svc, job)
     if found is None:
         return None
@@ -185,22 +189,26 @@ def _build_memories(svc: Services, job: queue.Job) -> prompts.Prompt | None:
     wanted = [c for c in extraction.learners(conn, cast) if c in job.target["character_ids"]]
     if not wanted:
         return None
-    return prompts.character_memories(
+    return character_memories(
         extraction.chat_messages(svc, rows), cast, for_ids=wanted, session=job.target.get("n"),
         per_character=int(job.target["per_character"]),
-        max_quotes=svc.settings.character_memory_max_quotes)
+        max_quotes=svc.settings.character_memory_max_quotes,
+        memory_tokens=svc.settings.character_memory_tokens)
 
 
-def _build_scenes(svc: Services, job: queue.Job) -> prompts.Prompt | None:
+def _build_scenes(svc: Services, job: queue.Job) -> Prompt | None:
     found = extraction.job_inputs(svc, job)
     if found is None:
         return None
     _, rows, cast = found
     if not cast:
         return None
-    return prompts.scene_summaries(extraction.chat_messages(svc, rows), cast, session=job.target.get("n"),
-                                   max_scenes=svc.settings.scenes_max,
-                                   max_quotes=svc.settings.scene_max_quotes)
+    return scene_summaries(extraction.chat_messages(svc, rows), cast, session=job.target.get("n"),
+                           max_scenes=svc.settings.scenes_max,
+                           max_quotes=svc.settings.scene_max_quotes,
+                           scene_tokens=svc.settings.scene_summary_tokens,
+                           gap_minutes=svc.settings.scene_gap_minutes,
+                           max_messages=svc.settings.scene_max_messages)
 
 
 # --- checking a result against the store (SW8, SW9b) ------------------------------------------
@@ -227,7 +235,7 @@ def _check_item(svc: Services, conn: Connection, job: queue.Job, item: Any, owne
 
 
 def check_memories(svc: Services, conn: Connection, job: queue.Job,
-                   result: prompts.Extraction) -> extraction.Checked:
+                   result: Extraction) -> extraction.Checked:
     out = extraction.Checked(dropped_quotes=list(result.dropped_quotes), dropped=list(result.dropped_items))
     for item in result.items:
         if item.character_id not in job.target["character_ids"] or \
@@ -242,7 +250,7 @@ def check_memories(svc: Services, conn: Connection, job: queue.Job,
     return out
 
 
-def check_scenes(svc: Services, conn: Connection, job: queue.Job, result: prompts.Extraction) -> extraction.Checked:
+def check_scenes(svc: Services, conn: Connection, job: queue.Job, result: Extraction) -> extraction.Checked:
     out = extraction.Checked(dropped_quotes=list(result.dropped_quotes), dropped=list(result.dropped_items))
     for item in result.items:
         row = _check_item(svc, conn, job, item, None, out)

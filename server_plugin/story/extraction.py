@@ -7,28 +7,32 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ..core.quotes import DroppedQuote
-from ..jobs import prompts, queue
+from ..jobs import queue
+from ..jobs.tasks.base import CharacterRef
 from ..services import Services
 from ..store.db import Connection
 from . import characters, chats, messages
 
+if TYPE_CHECKING:
+    from ..jobs.tasks.base import ChatMessage
 
-def cast(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[prompts.CharacterRef]:
+
+def cast(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[CharacterRef]:
     """The chat's members and the messages' speakers that are registered characters."""
     ids = dict.fromkeys([*chats.members(conn, chat_id), *(r["speaker_id"] for r in rows if r["speaker_id"])])
     out = []
     for character_id in ids:
         found = characters.fetch(conn, character_id)
         if found is not None:
-            out.append(prompts.CharacterRef(found["id"], found["name"], found["is_player"],
-                                            tuple(found["aliases"])))
+            out.append(CharacterRef(found["id"], found["name"], found["is_player"],
+                                    tuple(found["aliases"])))
     return out
 
 
-def learners(conn: Connection, cast: Sequence[prompts.CharacterRef]) -> list[str]:
+def learners(conn: Connection, cast: Sequence[CharacterRef]) -> list[str]:
     """Characters whose memories are extracted: not the player's, learning from chat on (RV14)."""
     return [c.id for c in cast if not c.is_player and characters.learning_enabled(conn, c.id)]
 
@@ -49,7 +53,7 @@ def parts(svc: Services, rows: Sequence[Any]) -> list[list[Any]]:
     return parts
 
 
-def job_inputs(svc: Services, job: queue.Job) -> tuple[Any, list[Any], list[prompts.CharacterRef]] | None:
+def job_inputs(svc: Services, job: queue.Job) -> tuple[Any, list[Any], list[CharacterRef]] | None:
     """The job's messages as they are now and the cast, or None when nothing is left to do."""
     conn = svc.db.reader()
     if not chats.memory_enabled(conn, job.chat_id):
@@ -60,7 +64,7 @@ def job_inputs(svc: Services, job: queue.Job) -> tuple[Any, list[Any], list[prom
     return conn, rows, cast(conn, job.chat_id, rows)
 
 
-def chat_messages(svc: Services, rows: Sequence[Any]) -> list[prompts.ChatMessage]:
+def chat_messages(svc: Services, rows: Sequence[Any]) -> list[ChatMessage]:
     return [messages.chat_message(svc, r) for r in rows]
 
 

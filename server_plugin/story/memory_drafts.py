@@ -9,12 +9,18 @@ here: the person edits the drafts and saves them through `POST /v1/memories`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Unprocessable
-from ..jobs import llm, prompts
+from ..jobs import llm
+from ..jobs.tasks.base import CharacterRef, ChatMessage, PromptParseError
+from ..jobs.tasks.memories import memories_from_description, save_from_conversation
 from ..services import Services
 from . import characters
+
+if TYPE_CHECKING:
+    from ..jobs.tasks.base import Prompt
+    from ..jobs.tasks.memories import MemoryDraft
 
 EXTRACTIVE_NOTE = "No model is configured for the sidecar (llm_mode {mode}), so these drafts come from the text itself."
 
@@ -28,7 +34,7 @@ def make_drafts(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     try:
         result = llm.run_prompt(prompt, backend, json_mode=svc.settings.llm_json_mode,
                                 temperature=svc.settings.llm_temperature)
-    except (llm.LLMError, prompts.PromptParseError) as error:
+    except (llm.LLMError, PromptParseError) as error:
         warning = f"The model could not be used ({error}); these drafts come from the text itself."
         source = "extractive"
         result = llm.run_prompt(prompt, None)
@@ -40,26 +46,26 @@ def make_drafts(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _character(svc: Services, character_id: str | None) -> prompts.CharacterRef | None:
+def _character(svc: Services, character_id: str | None) -> CharacterRef | None:
     if character_id is None:
         return None
     found = characters.fetch(svc.db.reader(), character_id)
     if found is None:
         raise Unprocessable("unknown_character", f"No character with id {character_id!r}; "
                             "register it with PUT /v1/characters/{id} first.")
-    return prompts.CharacterRef(found["id"], found["name"], found["is_player"], tuple(found["aliases"]))
+    return CharacterRef(found["id"], found["name"], found["is_player"], tuple(found["aliases"]))
 
 
-def _prompt(svc: Services, data: dict[str, Any], character: prompts.CharacterRef | None) -> prompts.Prompt:
+def _prompt(svc: Services, data: dict[str, Any], character: CharacterRef | None) -> Prompt:
     s = svc.settings
     try:
         if data["mode"] == "description":
-            return prompts.memories_from_description(
+            return memories_from_description(
                 data["description"], character, max_items=s.save_from_conversation_max_drafts,
                 max_chars=s.memory_max_chars, description_max_chars=s.description_max_chars)
-        messages = [prompts.ChatMessage(m["id"], m["name"], m["text"], m.get("role", "user"))
+        messages = [ChatMessage(m["id"], m["name"], m["text"], m.get("role", "user"))
                     for m in data["messages"] if m["text"].strip()]
-        return prompts.save_from_conversation(
+        return save_from_conversation(
             messages, character, max_drafts=s.save_from_conversation_max_drafts,
             max_messages=s.save_from_conversation_max_messages, max_chars=s.memory_max_chars)
     except ValueError as error:
@@ -73,15 +79,13 @@ def _backend(svc: Services) -> tuple[llm.Backend | None, str | None]:
         return None, EXTRACTIVE_NOTE.format(mode=s.llm_mode)
     try:
         backend = llm.make_backend(
-            "openai", url=s.llm_url, model=s.llm_model, key=s.llm_key or None,
-            timeout=(s.llm_connect_timeout, min(s.llm_read_timeout, s.drafts_timeout_seconds)),
-            retries=s.drafts_retries, backoff_base=s.llm_backoff_base, backoff_max=s.llm_backoff_max,
-            retry_after_max=0.0)
+            s, timeout=(s.llm_connect_timeout, min(s.llm_read_timeout, s.drafts_timeout_seconds)),
+            retries=s.drafts_retries, retry_after_max=0.0)
     except llm.LLMConfigError as error:
         return None, f"The sidecar's model is not usable ({error}); these drafts come from the text itself."
     return backend, None
 
 
-def _draft(d: prompts.MemoryDraft) -> dict[str, Any]:
+def _draft(d: MemoryDraft) -> dict[str, Any]:
     return {"text": d.text, "kind": d.kind, "scope": d.scope, "character_id": d.character_id,
             "source_message_ids": list(d.source_message_ids)}

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Sequence
 
 from ..clock import parse_iso, to_iso
 from ..errors import NotFound, Unprocessable
-from ..jobs import prompts
+from ..jobs.tasks.base import ChatMessage
 from ..retrieval import docs as index
 from ..services import Services
 from ..store.db import Connection, loads
@@ -38,12 +38,12 @@ def to_dict(row: Any) -> dict[str, Any]:
     }
 
 
-def chat_message(svc: Services, row: Any) -> prompts.ChatMessage:
+def chat_message(svc: Services, row: Any) -> ChatMessage:
     """A message as a job's prompt sees it; a very long one is cut (its start kept)."""
     limit = svc.settings.prompt_message_max_tokens
     text = row["text"] if row["tokens"] <= limit else svc.tokens.truncate(row["text"], limit)
-    return prompts.ChatMessage(id=row["id"], speaker=row["name"] or row["role"], text=text,
-                               role=row["role"], character_id=row["speaker_id"], sent_at=row["sent_at"])
+    return ChatMessage(id=row["id"], speaker=row["name"] or row["role"], text=text,
+                       role=row["role"], character_id=row["speaker_id"], sent_at=row["sent_at"])
 
 
 # --- reading ---------------------------------------------------------------------------------

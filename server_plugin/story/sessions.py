@@ -16,18 +16,23 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..clock import parse_iso
 from ..core.quotes import Quote
 from ..errors import NotFound
 from ..hooks import Hooks
-from ..jobs import prompts, queue
+from ..jobs import queue
 from ..jobs.queue import JobKinds
+from ..jobs.tasks.summaries import NoteInput, SummaryInput, session_summary
 from ..retrieval import docs
 from ..services import Services
 from ..store.db import Connection, dumps, loads
 from . import chats, messages, notes, summaries
+
+if TYPE_CHECKING:
+    from ..jobs.tasks.base import Prompt
+    from ..jobs.tasks.summaries import SessionSummary
 
 KIND = "session_summary"
 
@@ -152,23 +157,24 @@ def mark_stale(conn: Connection, chat_id: str, rows: Sequence[Any]) -> None:
 
 
 # --- the session-summary job -----------------------------------------------------------------
-def _build(svc: Services, job: queue.Job) -> prompts.Prompt | None:
+def _build(svc: Services, job: queue.Job) -> Prompt | None:
     conn = svc.db.reader()
     n = int(job.target["n"])
     rows = messages.ordered(conn, job.chat_id, "session_n=?", [n])
     if not rows:
         return None
     earlier, tail = _fit(svc, conn, rows)
-    open_notes = [prompts.NoteInput(x["id"], x["text"], x["priority"])
+    open_notes = [NoteInput(x["id"], x["text"], x["priority"])
                   for x in notes.open_rows(conn, job.chat_id, svc.settings.notes_in_prompt)]
     s = svc.settings
-    return prompts.session_summary(
+    return session_summary(
         [messages.chat_message(svc, r) for r in tail], earlier=earlier, open_notes=open_notes,
         session=n, full_tokens=s.session_full_tokens, short_tokens=s.session_short_tokens,
-        max_quotes=s.summary_max_quotes, max_threads=s.session_max_threads)
+        max_quotes=s.summary_max_quotes, max_threads=s.session_max_threads,
+        thread_max_chars=s.memory_max_chars)
 
 
-def _fit(svc: Services, conn: Connection, rows: Sequence[Any]) -> tuple[list[prompts.SummaryInput], list[Any]]:
+def _fit(svc: Services, conn: Connection, rows: Sequence[Any]) -> tuple[list[SummaryInput], list[Any]]:
     """A session too long for one prompt goes in as its chunk summaries plus the messages they do
     not cover (the newest that fit the budget)."""
     budget = svc.settings.session_prompt_max_tokens
@@ -179,14 +185,14 @@ def _fit(svc: Services, conn: Connection, rows: Sequence[Any]) -> tuple[list[pro
     marks = ",".join("?" * len(ids))
     found = conn.execute(f"SELECT * FROM summaries WHERE id IN ({marks}) AND text IS NOT NULL"
                          f" ORDER BY {summaries.ORDER}", ids).fetchall() if ids else []
-    earlier = [prompts.SummaryInput(s["id"], s["text"], tuple(Quote(**q) for q in loads(s["quotes"]) or []))
+    earlier = [SummaryInput(s["id"], s["text"], tuple(Quote(**q) for q in loads(s["quotes"]) or []))
                for s in found]
     covered = {s["id"] for s in found}
     rest = [r for r in rows if r["summary_id"] not in covered]
     return earlier, messages.newest_within(rest, budget, limit)
 
 
-def _apply(svc: Services, conn: Connection, job: queue.Job, result: prompts.SessionSummary,
+def _apply(svc: Services, conn: Connection, job: queue.Job, result: SessionSummary,
            prepared: Any) -> dict[str, Any]:
     n = int(job.target["n"])
     row = conn.execute("SELECT * FROM sessions WHERE chat_id=? AND n=?", (job.chat_id, n)).fetchone()
@@ -203,7 +209,7 @@ def _apply(svc: Services, conn: Connection, job: queue.Job, result: prompts.Sess
     return {"session": n, **written, "dropped_quotes": len(result.dropped_quotes)}
 
 
-def _prepare(svc: Services, job: queue.Job, result: prompts.SessionSummary) -> Any:
+def _prepare(svc: Services, job: queue.Job, result: SessionSummary) -> Any:
     # The full summary as a search item (SW6): embedded before the job's write transaction.
     return docs.prepare(svc, [result.render()], svc.embed_wait())[0]
 
@@ -214,7 +220,7 @@ def search_ref(chat_id: str, n: int) -> str:
 
 
 def _index(conn: Connection, chat_id: str, n: int, row: Any, prepared: docs.Prepared,
-           result: prompts.SessionSummary) -> None:
+           result: SessionSummary) -> None:
     """Known by the session's witnesses — the chat's members and whoever spoke in it (SW9b);
     it cites the messages it quotes (the whole session is GET …/sessions/{n})."""
     speakers = [r[0] for r in conn.execute("SELECT DISTINCT speaker_id FROM messages WHERE chat_id=?"

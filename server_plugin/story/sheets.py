@@ -25,15 +25,21 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..hooks import Hooks
-from ..jobs import prompts, queue
+from ..jobs import queue
 from ..jobs.queue import JobKinds
+from ..jobs.tasks.base import CharacterRef
+from ..jobs.tasks.sheets import Newcomer, SheetInput, sheet_updates
 from ..retrieval.visibility import knows_secret
 from ..services import Services
 from ..store.db import Connection, loads
 from . import characters, chats, extraction, messages
+
+if TYPE_CHECKING:
+    from ..jobs.tasks.base import Prompt
+    from ..jobs.tasks.sheets import SheetProposals
 
 SECRETS = "secrets"
 
@@ -169,7 +175,7 @@ def _known(conn: Connection) -> tuple[set[str], dict[str, str]]:
     return ids, names
 
 
-def newcomers(svc: Services, conn: Connection, chat_id: str, n: int) -> list[prompts.Newcomer]:
+def newcomers(svc: Services, conn: Connection, chat_id: str, n: int) -> list[Newcomer]:
     """Named speakers of session n that no character is (by id, name or alias) and who recur:
     in `sheet_newcomer_min_sessions` sessions of the chat or `sheet_newcomer_min_lines` messages."""
     ids, names = _known(conn)
@@ -184,11 +190,11 @@ def newcomers(svc: Services, conn: Connection, chat_id: str, n: int) -> list[pro
         entry["sessions"].add(row["session_n"])
     min_sessions = svc.settings.sheet_newcomer_min_sessions
     min_lines = svc.settings.sheet_newcomer_min_lines
-    return [prompts.Newcomer(name, e["lines"], len(e["sessions"])) for name, e in seen.items()
+    return [Newcomer(name, e["lines"], len(e["sessions"])) for name, e in seen.items()
             if n in e["sessions"] and (len(e["sessions"]) >= min_sessions or e["lines"] >= min_lines)]
 
 
-def present(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[prompts.CharacterRef]:
+def present(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[CharacterRef]:
     """The cast of these messages: `extraction.cast` (members and registered speakers) plus
     speakers who match a character by name or alias only."""
     cast = extraction.cast(conn, chat_id, rows)
@@ -200,8 +206,8 @@ def present(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[prompts
             continue
         found = characters.fetch(conn, character_id)
         if found is not None:
-            cast.append(prompts.CharacterRef(found["id"], found["name"], found["is_player"],
-                                             tuple(found["aliases"])))
+            cast.append(CharacterRef(found["id"], found["name"], found["is_player"],
+                                     tuple(found["aliases"])))
             have.add(character_id)
     return cast
 
@@ -213,14 +219,14 @@ def newest_within(svc: Services, rows: Sequence[Any]) -> list[Any]:
                                   svc.settings.prompt_message_max_tokens)
 
 
-def _sheet(character: dict[str, Any]) -> prompts.SheetInput:
+def _sheet(character: dict[str, Any]) -> SheetInput:
     """A sheet as the model sees it: text fields only (never the secrets)."""
     fields = {k: v for k, v in character["sheet"].items() if k != "secrets" and isinstance(v, str)}
-    return prompts.SheetInput(character["id"], fields, tuple(sorted(characters.protected_fields(character))))
+    return SheetInput(character["id"], fields, tuple(sorted(characters.protected_fields(character))))
 
 
 # --- the job ---------------------------------------------------------------------------------
-def _build_updates(svc: Services, job: queue.Job) -> prompts.Prompt | None:
+def _build_updates(svc: Services, job: queue.Job) -> Prompt | None:
     conn = svc.db.reader()
     n = int(job.target["n"])
     if not chats.memory_enabled(conn, job.chat_id):
@@ -235,9 +241,9 @@ def _build_updates(svc: Services, job: queue.Job) -> prompts.Prompt | None:
     found = [x for x in newcomers(svc, conn, job.chat_id, n) if x.name in shown]
     if not sheets and not found:
         return None
-    return prompts.sheet_updates([messages.chat_message(svc, r) for r in rows], cast, sheets, found,
-                                 max_fields=svc.settings.sheet_max_fields,
-                                 field_max_chars=svc.settings.sheet_field_max_chars)
+    return sheet_updates([messages.chat_message(svc, r) for r in rows], cast, sheets, found,
+                         max_fields=svc.settings.sheet_max_fields,
+                         field_max_chars=svc.settings.sheet_field_max_chars)
 
 
 def _draft_target(conn: Connection, name: str) -> tuple[str | None, str]:
@@ -275,7 +281,7 @@ def _write(svc: Services, conn: Connection, character_id: str, fields: dict[str,
         out["refused"][character_id] = written["refused"]
 
 
-def _apply_updates(svc: Services, conn: Connection, job: queue.Job, result: prompts.SheetProposals,
+def _apply_updates(svc: Services, conn: Connection, job: queue.Job, result: SheetProposals,
            prepared: Any) -> dict[str, Any]:
     """Write the proposals as a background job's: a newcomer's draft creates the character (its
     id the slug of its name), an update sets the fields nobody protected; protected fields are

@@ -18,17 +18,22 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import asdict
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ..core import window
 from ..core.quotes import Quote
 from ..errors import Conflict, NotFound
 from ..hooks import Hooks
-from ..jobs import prompts, queue
+from ..jobs import queue
 from ..jobs.queue import JobKinds
+from ..jobs.tasks.summaries import SummaryInput, chunk_summary, merge_summaries
 from ..services import Services
 from ..store.db import Connection, dumps, loads
 from . import chats, deep_memory, messages
+
+if TYPE_CHECKING:
+    from ..jobs.tasks.base import Prompt
+    from ..jobs.tasks.summaries import Summary
 
 TIERS = ("recent", "consolidated", "long_term")
 NEXT_TIER = {"recent": "consolidated", "consolidated": "long_term"}
@@ -238,7 +243,7 @@ def _live_target(svc: Services, job: queue.Job) -> Any:
     return _fetch(svc.db.reader(), job.target["summary_id"])
 
 
-def _build_chunk(svc: Services, job: queue.Job) -> prompts.Prompt | None:
+def _build_chunk(svc: Services, job: queue.Job) -> Prompt | None:
     row = _live_target(svc, job)
     if row is None:
         return None
@@ -250,13 +255,13 @@ def _build_chunk(svc: Services, job: queue.Job) -> prompts.Prompt | None:
         f"SELECT text FROM summaries WHERE chat_id=? AND tier='recent' AND text IS NOT NULL AND"
         f" (pos_position, pos_seq) < (?, ?) ORDER BY {ORDER.replace(', ', ' DESC, ')} DESC LIMIT 1",
         (row["chat_id"], row["pos_position"], row["pos_seq"])).fetchone()
-    return prompts.chunk_summary([messages.chat_message(svc, r) for r in rows],
-                                 previous=before[0] if before else "",
-                                 budget_tokens=svc.settings.summary_recent_tokens,
-                                 max_quotes=svc.settings.summary_max_quotes)
+    return chunk_summary([messages.chat_message(svc, r) for r in rows],
+                         previous=before[0] if before else "",
+                         budget_tokens=svc.settings.summary_recent_tokens,
+                         max_quotes=svc.settings.summary_max_quotes)
 
 
-def _build_merge(svc: Services, job: queue.Job) -> prompts.Prompt | None:
+def _build_merge(svc: Services, job: queue.Job) -> Prompt | None:
     row = _live_target(svc, job)
     if row is None:
         return None
@@ -267,13 +272,13 @@ def _build_merge(svc: Services, job: queue.Job) -> prompts.Prompt | None:
         return None
     budget = svc.settings.summary_consolidated_tokens if row["tier"] == "consolidated" \
         else svc.settings.summary_long_term_tokens
-    inputs = [prompts.SummaryInput(c["id"], c["text"], tuple(Quote(**q) for q in _quotes(c)))
+    inputs = [SummaryInput(c["id"], c["text"], tuple(Quote(**q) for q in _quotes(c)))
               for c in children]
-    return prompts.merge_summaries(inputs, tier=row["tier"], budget_tokens=int(budget),
-                                   max_quotes=svc.settings.summary_max_quotes)
+    return merge_summaries(inputs, tier=row["tier"], budget_tokens=int(budget),
+                           max_quotes=svc.settings.summary_max_quotes)
 
 
-def _apply(svc: Services, conn: Connection, job: queue.Job, result: prompts.Summary,
+def _apply(svc: Services, conn: Connection, job: queue.Job, result: Summary,
            prepared: Any) -> dict[str, Any]:
     """Store a chunk or merge result; then the tier above is merged or refreshed."""
     row = _fetch(conn, job.target["summary_id"])

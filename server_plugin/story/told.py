@@ -15,17 +15,21 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from dataclasses import asdict
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..core.quotes import Quote, verify_quotes
 from ..hooks import Hooks
-from ..jobs import prompts, queue
+from ..jobs import queue
 from ..jobs.queue import JobKinds
+from ..jobs.tasks.told import SecretInput, told_events
 from ..retrieval import visibility
 from ..retrieval.visibility import ItemRef
 from ..services import Services
 from ..store.db import Connection, dumps, loads
 from . import characters, chats, extraction, messages
+
+if TYPE_CHECKING:
+    from ..jobs.tasks.base import CharacterRef, Extraction, Prompt
 
 JOB = "told_events"
 
@@ -56,7 +60,7 @@ def list_told(svc: Services, *, chat_id: str | None = None, character_id: str | 
 
 
 # --- the job ---------------------------------------------------------------------------------
-def related_secrets(svc: Services, conn: Connection, cast: Sequence[prompts.CharacterRef],
+def related_secrets(svc: Services, conn: Connection, cast: Sequence[CharacterRef],
                     rows: Sequence[Any]) -> list[visibility.Secret]:
     """The secrets (some of the cast know them, some not) sharing the most words with the
     messages, at most `told_secrets_max`, newest first among equals. Names do not count."""
@@ -71,7 +75,7 @@ def related_secrets(svc: Services, conn: Connection, cast: Sequence[prompts.Char
     return [s for _, _, s in scored[:svc.settings.told_secrets_max]]
 
 
-def _build_told(svc: Services, job: queue.Job) -> prompts.Prompt | None:
+def _build_told(svc: Services, job: queue.Job) -> Prompt | None:
     found = extraction.job_inputs(svc, job)
     if found is None:
         return None
@@ -82,13 +86,13 @@ def _build_told(svc: Services, job: queue.Job) -> prompts.Prompt | None:
     if not secrets:
         return None  # nothing anyone here could pass on
     limit = svc.settings.told_secret_tokens
-    inputs = [prompts.SecretInput(s.item.key(), svc.tokens.truncate(s.text, limit), s.knowers)
+    inputs = [SecretInput(s.item.key(), svc.tokens.truncate(s.text, limit), s.knowers)
               for s in secrets]
-    return prompts.told_events(extraction.chat_messages(svc, rows), cast, inputs,
-                               max_events=svc.settings.told_events_max)
+    return told_events(extraction.chat_messages(svc, rows), cast, inputs,
+                       max_events=svc.settings.told_events_max)
 
 
-def _apply_told(svc: Services, conn: Connection, job: queue.Job, result: prompts.Extraction,
+def _apply_told(svc: Services, conn: Connection, job: queue.Job, result: Extraction,
                 prepared: Any) -> dict[str, Any]:
     """Record each told event whose evidence is verbatim in its message (SW8) and whose teller
     knows the item; the listeners (present at that message, learning, not knowing it yet) are

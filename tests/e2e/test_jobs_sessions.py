@@ -10,10 +10,9 @@ Skipped on a sidecar without the job and session routes."""
 from __future__ import annotations
 
 import json
-import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 

@@ -178,7 +178,7 @@ test('dc2: generateRaw gets literal text (macros neutralised) and SillyTavern\'s
     assert.equal(args.systemPrompt.replace(/\u2060/g, ''), 'Sys {{char}}');
     assert.equal(args.responseLength, 120);
     assert.deepEqual(args.jsonSchema, { name: 'chronicler_summary_recent', value: schema, strict: false, returnInvalid: true });
-    // The sidecar's own shape ({name, strict, value}: prompts.py for_client) is kept, name made safe.
+    // The sidecar's own shape ({name, strict, value}: Prompt.for_client in jobs/tasks/base.py) is kept, name made safe.
     const wrapped = generateRawArgs({ prompt: 'p', jsonSchema: { name: 'session summary', value: schema, strict: true } });
     assert.deepEqual(wrapped.jsonSchema, { name: 'chronicler_session_summary', value: schema, strict: true, returnInvalid: true });
     assert.equal('jsonSchema' in generateRawArgs({ prompt: 'p', jsonSchema: { name: 'x', strict: false, value: {} } }), false, 'never an empty schema');
