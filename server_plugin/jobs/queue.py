@@ -18,6 +18,8 @@ Who runs a job depends on `llm_mode`: `extractive` and `openai` — the worker t
 `llm.run_prompt`); `client` — the SillyTavern extension, via `worker.claim()` and `worker.complete()` (the
 worker then runs only kinds registered with `llm=False`). A claimed job not finished before its
 `lease_until` goes back to the queue; jobs left running by a stopped sidecar go back at startup.
+
+Owns: jobs.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..clock import to_iso
 from ..errors import Conflict, NotFound
@@ -270,6 +272,13 @@ def rollback_turn(conn: Connection, chat_id: str, turn_id: str) -> list[str]:
                                       (chat_id, turn_id))]
     conn.executemany("DELETE FROM jobs WHERE id=?", [(i,) for i in ids])
     return ids
+
+
+def ids_of_turn(conn: Connection, chat_id: str, turn_id: str, kinds: Sequence[str]) -> list[str]:
+    """The ids of one turn's jobs of some kinds, whatever their state."""
+    marks = ",".join("?" * len(kinds))
+    return [r[0] for r in conn.execute(
+        f"SELECT id FROM jobs WHERE chat_id=? AND turn_id=? AND kind IN ({marks})", (chat_id, turn_id, *kinds))]
 
 
 def cancel(conn: Connection, chat_id: str, kinds: list[str], ref: str | None = None) -> int:

@@ -5,6 +5,8 @@ Sheets grow with play (SW1), and who wrote each field is kept: `field_sources` m
 wrote or imported, and fields a person locked (`locked_fields`), are never overwritten by a model
 or a background job: a PUT by such an actor that would change one is refused (403), and
 `update_sheet` (the jobs' way in) applies the other fields and reports the refused ones.
+
+Owns: characters.
 """
 
 from __future__ import annotations
@@ -72,6 +74,17 @@ def get(svc: Services, character_id: str) -> dict[str, Any]:
 def list_all(svc: Services) -> list[dict[str, Any]]:
     rows = svc.db.reader().execute("SELECT * FROM characters ORDER BY name COLLATE NOCASE, id")
     return [to_dict(r) for r in rows]
+
+
+def every(conn: Connection) -> list[dict[str, Any]]:
+    """Every character, by id (the context's cast)."""
+    return [to_dict(r) for r in conn.execute("SELECT * FROM characters ORDER BY id")]
+
+
+def names(conn: Connection) -> list[tuple[str, str, list[str]]]:
+    """(id, name, aliases) of every character, oldest first (who is who by name)."""
+    rows = conn.execute("SELECT id, name, aliases FROM characters ORDER BY created_at, id")
+    return [(r["id"], r["name"], loads(r["aliases"])) for r in rows]
 
 
 NEW_CHARACTER = {"aliases": [], "sheet": {}, "locked_fields": [], "field_sources": {},
