@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import Forbidden, NotFound
 from ..services import Services
 from ..store.db import Connection, dumps, loads
+from . import chats
 
 PERSON = "user"
 PERSON_SOURCES = ("user", "import")  # what a person wrote, by hand or in a card
@@ -159,16 +160,17 @@ def update_sheet(svc: Services, character_id: str, fields: dict[str, Any], actor
 
 
 def delete(svc: Services, character_id: str) -> dict[str, Any]:
-    """Delete a character; its memories become global instead of disappearing (rule RV6)."""
-    from . import memories  # memories depends on characters for checks; import here, not at top
+    """Delete a character; its memories become global instead of disappearing (rule RV6).
 
+    The memories are memories' to move (`hooks.character_deleted`, in this transaction): they
+    check characters, so characters does not import them."""
     with svc.db.write() as conn:
         if fetch(conn, character_id) is None:
             raise NotFound("character_not_found", f"No character with id {character_id!r}.")
-        moved = memories.make_global(svc, conn, character_id)
-        conn.execute("DELETE FROM chat_members WHERE character_id=?", (character_id,))
+        released = svc.hooks.character_deleted.tally(svc, conn, character_id)
+        chats.forget_character(conn, character_id)
         conn.execute("DELETE FROM characters WHERE id=?", (character_id,))
-    return {"deleted": character_id, "memories_made_global": moved}
+    return {"deleted": character_id, "memories_made_global": released.get("memories_made_global", 0)}
 
 
 def learning_enabled(conn: Connection, character_id: str | None) -> bool:

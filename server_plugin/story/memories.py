@@ -411,6 +411,12 @@ def _rollback(svc: Services, conn: Connection, chat_id: str, turn_id: str) -> di
     return {"memories": len(rollback_turn(svc, conn, chat_id, turn_id))}
 
 
+def _character_deleted(svc: Services, conn: Connection, character_id: str) -> dict[str, int]:
+    return {"memories_made_global": make_global(svc, conn, character_id)}
+
+
 def register(jobs: JobKinds, hooks: Hooks) -> None:
-    """A rolled-back turn takes back the memories it saved (RV10; never pinned ones, RV11)."""
+    """A rolled-back turn takes back the memories it saved (RV10; never pinned ones, RV11); a
+    deleted character's memories become global (RV6)."""
     hooks.turn_rolled_back.connect(_rollback)
+    hooks.character_deleted.connect(_character_deleted)
