@@ -230,6 +230,7 @@ def import_chat(args: argparse.Namespace) -> int:
         report = chat_file.run(plan, chat_file.HttpSink(args.url, token), args.batch_size, progress,
                               args.wait)
     else:
+        from .api.schemas import default_schemas
         from .app import build_services
 
         settings = load_settings({"data_dir": args.data_dir, "worker_enabled": False})
@@ -241,7 +242,8 @@ def import_chat(args: argparse.Namespace) -> int:
         svc = build_services(settings)
         try:
             svc.embedder.wait(settings.embedder_wait_seconds)
-            report = chat_file.run(plan, chat_file.LocalSink(svc), args.batch_size, progress)
+            sink = chat_file.LocalSink(svc, default_schemas().validate)
+            report = chat_file.run(plan, sink, args.batch_size, progress)
         finally:
             svc.db.close()
             lock.close()

@@ -69,6 +69,9 @@ class Hooks:
         "messages_deleted", "(svc, conn, chat_id, message_ids) -> counts: messages were deleted.")
     chat_deleted: Signal = _signal(
         "chat_deleted", "(svc, conn, chat_id) -> counts: a chat is being deleted with what it holds.")
+    character_deleted: Signal = _signal(
+        "character_deleted", "(svc, conn, character_id) -> counts: a character is being deleted; "
+        "what it owned is let go (RV6: its memories become global).")
     turn_rolled_back: Signal = _signal(
         "turn_rolled_back", "(svc, conn, chat_id, turn_id) -> counts: a regenerated or swiped turn "
         "takes back what it wrote (RV10).")

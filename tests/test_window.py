@@ -7,7 +7,7 @@ import pytest
 
 from server_plugin.core import window
 from server_plugin.settings import defaults
-from server_plugin.story import summaries
+from server_plugin.story import chats, summaries
 from tests.chatkit import post, setup_chat
 
 SHIPPED = defaults()
@@ -100,9 +100,9 @@ def test_rv2_live_window_uses_the_chats_remembered_context(api, services):
 def test_rv2_remembered_context_is_written_only_when_it_changes(api, services):
     """The assembler records each turn's context size; an unchanged size writes nothing."""
     setup_chat(api)
-    assert summaries.remember_context_tokens(services, "c1", 32_768) is True
+    assert chats.remember_context_tokens(services, "c1", 32_768) is True
     generation = services.db.generation
-    assert summaries.remember_context_tokens(services, "c1", 32_768) is False
+    assert chats.remember_context_tokens(services, "c1", 32_768) is False
     assert services.db.generation == generation
     assert api.get("/v1/chats/c1").get_json()["chat"]["context_tokens"] == 32_768
-    assert summaries.remember_context_tokens(services, "nope", 8192) is False
+    assert chats.remember_context_tokens(services, "nope", 8192) is False

@@ -18,6 +18,8 @@ Who runs a job depends on `llm_mode`: `extractive` and `openai` — the worker t
 `llm.run_prompt`); `client` — the SillyTavern extension, via `worker.claim()` and `worker.complete()` (the
 worker then runs only kinds registered with `llm=False`). A claimed job not finished before its
 `lease_until` goes back to the queue; jobs left running by a stopped sidecar go back at startup.
+
+Owns: jobs.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from ..clock import to_iso
+from ..clock import parse_iso, to_iso
 from ..errors import Conflict, NotFound
 from ..services import Services
 from ..store.db import Connection, dumps, loads
@@ -249,6 +251,61 @@ def retry(svc: Services, job_id: str) -> dict[str, Any]:
     return get(svc, job_id)
 
 
+def anything_to_claim(svc: Services, kinds: list[str]) -> bool:
+    """Whether a job of these kinds is due (or a lease ran out). A read-only look first, so an
+    idle poll opens no write transaction (a write would bump `db.generation` and empty the caches
+    keyed by it)."""
+    if not kinds:
+        return False
+    now = svc.clock.iso()
+    marks = ",".join("?" * len(kinds))
+    return svc.db.reader().execute(
+        f"SELECT 1 FROM jobs WHERE (state='pending' AND not_before <= ? AND kind IN ({marks}))"
+        " OR (state='running' AND lease_until < ?) LIMIT 1", (now, *kinds, now)).fetchone() is not None
+
+
+def next_due_in(svc: Services, kinds: list[str]) -> float | None:
+    """Seconds until the earliest pending job of these kinds is due, or None if none waits."""
+    if not kinds:
+        return None
+    row = svc.db.reader().execute(
+        f"SELECT min(not_before) FROM jobs WHERE state='pending' AND kind IN ({','.join('?' * len(kinds))})",
+        kinds).fetchone()
+    if row[0] is None:
+        return None
+    return max(0.0, (parse_iso(row[0]) - svc.clock.now()).total_seconds())
+
+
+# --- finishing: inside the worker's write transaction ----------------------------------------
+def mark_done(svc: Services, conn: Connection, job_id: str, result: Any) -> None:
+    """The job is done; `result` is kept as what it wrote."""
+    now = svc.clock.iso()
+    conn.execute("UPDATE jobs SET state='done', result=?, error=NULL, lease_until=NULL,"
+                 " updated_at=?, finished_at=? WHERE id=?", (dumps(result), now, now, job_id))
+
+
+def mark_retry(svc: Services, conn: Connection, job_id: str, error: str, delay: float) -> None:
+    """A failed attempt: back to the queue after `delay` seconds."""
+    now = svc.clock.iso()
+    conn.execute("UPDATE jobs SET state='pending', error=?, lease_until=NULL, not_before=?,"
+                 " updated_at=? WHERE id=?", (error, later(svc, delay), now, job_id))
+
+
+def mark_failed(svc: Services, conn: Connection, job_id: str, error: str) -> None:
+    """The job failed for good."""
+    now = svc.clock.iso()
+    conn.execute("UPDATE jobs SET state='failed', error=?, lease_until=NULL, updated_at=?,"
+                 " finished_at=? WHERE id=?", (error, now, now, job_id))
+
+
+def store_prompt(conn: Connection, job_id: str, prompt: dict[str, Any]) -> Any:
+    """Keep the prompt a claimed job was given (client mode); returns the job's row."""
+    row = row_of(conn, job_id)
+    conn.execute("UPDATE jobs SET payload=? WHERE id=?",
+                 (dumps({**loads(row["payload"]), "prompt": prompt}), job_id))
+    return row
+
+
 # --- lifecycle -------------------------------------------------------------------------------
 def recover(svc: Services) -> int:
     """At startup: jobs a stopped sidecar left running go back to the queue; the interrupted
@@ -272,6 +329,13 @@ def rollback_turn(conn: Connection, chat_id: str, turn_id: str) -> list[str]:
                                       (chat_id, turn_id))]
     conn.executemany("DELETE FROM jobs WHERE id=?", [(i,) for i in ids])
     return ids
+
+
+def ids_of_turn(conn: Connection, chat_id: str, turn_id: str, kinds: Sequence[str]) -> list[str]:
+    """The ids of one turn's jobs of some kinds, whatever their state."""
+    marks = ",".join("?" * len(kinds))
+    return [r[0] for r in conn.execute(
+        f"SELECT id FROM jobs WHERE chat_id=? AND turn_id=? AND kind IN ({marks})", (chat_id, turn_id, *kinds))]
 
 
 def cancel(conn: Connection, chat_id: str, kinds: list[str], ref: str | None = None) -> int:

@@ -13,27 +13,14 @@ import threading
 from typing import Any
 
 from .. import priority
-from ..clock import parse_iso
 from ..errors import Conflict, NotFound, Unprocessable
 from ..services import Services
-from ..store.db import dumps, loads, sqlite3
+from ..store.db import sqlite3
 from . import llm, queue
 from .tasks.base import Prompt, PromptParseError
 from .tasks.registry import task_of
 
 log = logging.getLogger(__name__)
-
-
-def anything_to_claim(svc: Services, kinds: list[str]) -> bool:
-    """A read-only look first, so an idle poll opens no write transaction (a write would bump
-    `db.generation` and empty the caches keyed by it)."""
-    if not kinds:
-        return False
-    now = svc.clock.iso()
-    marks = ",".join("?" * len(kinds))
-    return svc.db.reader().execute(
-        f"SELECT 1 FROM jobs WHERE (state='pending' AND not_before <= ? AND kind IN ({marks}))"
-        " OR (state='running' AND lease_until < ?) LIMIT 1", (now, *kinds, now)).fetchone() is not None
 
 
 def runnable_here(svc: Services) -> list[str]:
@@ -57,9 +44,7 @@ def _finish(svc: Services, job: queue.Job, handler: queue.Handler, result: Any) 
             return False
         written = handler.apply(svc, conn, job, result, prepared) if result is not None else \
             {"skipped": "nothing left to do"}
-        now = svc.clock.iso()
-        conn.execute("UPDATE jobs SET state='done', result=?, error=NULL, lease_until=NULL,"
-                     " updated_at=?, finished_at=? WHERE id=?", (dumps(written), now, now, job.id))
+        queue.mark_done(svc, conn, job.id, written)
     return True
 
 
@@ -84,14 +69,10 @@ def fail_attempt(svc: Services, job: queue.Job, exc: BaseException) -> dict[str,
         if not queue.still_mine(conn, job):
             return None
         row = queue.row_of(conn, job.id)
-        now = svc.clock.iso()
         if _retryable(exc) and row["attempts"] < row["max_attempts"]:
-            conn.execute("UPDATE jobs SET state='pending', error=?, lease_until=NULL, not_before=?,"
-                         " updated_at=? WHERE id=?",
-                         (message, queue.later(svc, _delay(svc, row["attempts"], exc)), now, job.id))
+            queue.mark_retry(svc, conn, job.id, message, _delay(svc, row["attempts"], exc))
         else:
-            conn.execute("UPDATE jobs SET state='failed', error=?, lease_until=NULL, updated_at=?,"
-                         " finished_at=? WHERE id=?", (message, now, now, job.id))
+            queue.mark_failed(svc, conn, job.id, message)
         return queue.to_dict(queue.row_of(conn, job.id))
 
 
@@ -122,7 +103,7 @@ def _step_aside(svc: Services) -> None:
 def run_one(svc: Services) -> str | None:
     """Claim and run the next due job this process runs; returns its id, or None if none was due."""
     kinds = runnable_here(svc)
-    if not anything_to_claim(svc, kinds):
+    if not queue.anything_to_claim(svc, kinds):
         return None
     with svc.db.write() as conn:
         job = queue.claim_next(svc, conn, "worker", kinds)
@@ -146,7 +127,7 @@ def claim(svc: Services, kinds: list[str] | None = None, chat_id: str | None = N
     if svc.settings.llm_mode != "client":
         return None
     wanted = [k for k, h in svc.jobs.items() if h.llm and (kinds is None or k in kinds)]
-    while anything_to_claim(svc, wanted):
+    while queue.anything_to_claim(svc, wanted):
         with svc.db.write() as conn:
             job = queue.claim_next(svc, conn, "client", wanted, chat_id)
         if job is None:
@@ -162,9 +143,7 @@ def claim(svc: Services, kinds: list[str] | None = None, chat_id: str | None = N
             _finish(svc, job, handler, None)
             continue
         with svc.db.write() as conn:
-            row = queue.row_of(conn, job.id)
-            payload = {**loads(row["payload"]), "prompt": prompt.to_payload()}
-            conn.execute("UPDATE jobs SET payload=? WHERE id=?", (dumps(payload), job.id))
+            row = queue.store_prompt(conn, job.id, prompt.to_payload())
         return {"id": job.id, "kind": job.kind, "chat_id": job.chat_id, "attempt": job.attempts,
                 "lease_until": row["lease_until"], "task": prompt.task, "request": prompt.for_client()}
     return None
@@ -208,19 +187,6 @@ def fail(svc: Services, job_id: str, error: str, retryable: bool = True,
     return queue.get(svc, job_id)
 
 
-def next_due_in(svc: Services) -> float | None:
-    """Seconds until the earliest pending job this process runs is due, or None if none waits."""
-    kinds = runnable_here(svc)
-    if not kinds:
-        return None
-    row = svc.db.reader().execute(
-        f"SELECT min(not_before) FROM jobs WHERE state='pending' AND kind IN ({','.join('?' * len(kinds))})",
-        kinds).fetchone()
-    if row[0] is None:
-        return None
-    return max(0.0, (parse_iso(row[0]) - svc.clock.now()).total_seconds())
-
-
 class Worker:
     """The background thread: runs due jobs, sleeps until woken by `enqueue` or the next due time."""
 
@@ -254,7 +220,7 @@ class Worker:
             try:
                 if run_one(self.svc) is not None:
                     continue
-                due = next_due_in(self.svc)
+                due = queue.next_due_in(self.svc, runnable_here(self.svc))
             except sqlite3.ProgrammingError:
                 return  # the database was closed: the sidecar is shutting down
             except Exception:

@@ -15,6 +15,11 @@ which names; long items also get one vector per passage.
 Every change bumps the store's docs revision (`search_meta.docs_rev`) and stamps the row with it (a
 deletion leaves a `docs_gone` row): search.py's in-memory index catches up by reading what is
 newer than the revision it holds, whichever process wrote it.
+
+Owns: docs, docs_fts, docs_vec, docs_passages, docs_gone, search_meta.
+
+Reads one other table: every character's name and aliases (`characters`, the cast), to take them
+out of texts before embedding; a trigger on that table bumps `cast_version`.
 """
 
 from __future__ import annotations
@@ -267,6 +272,69 @@ def revision(conn: Connection) -> int:
     return int(row[0]) if row else 0
 
 
+# --- reading the index (search, the in-memory index, visibility) ----------------------------
+def entry_known_by(conn: Connection, kind: str, ref_id: str) -> tuple[bool, list[str] | None]:
+    """(the item has an index entry, who its entry says knows it: None for everyone)."""
+    row = conn.execute("SELECT known_by FROM docs WHERE kind=? AND ref_id=?", (kind, ref_id)).fetchone()
+    return (False, None) if row is None else (True, loads(row[0]))
+
+
+def results(conn: Connection, doc_ids: Sequence[int]) -> dict[int, Any]:
+    """What a search result shows of some rows, by doc id (rows deleted meanwhile are left out)."""
+    return {r["id"]: r for r in conn.execute(
+        "SELECT id, kind, ref_id, chat_id, character_id, text, sources, created_at FROM docs"
+        f" WHERE id IN ({','.join('?' * len(doc_ids))})", list(doc_ids))}
+
+
+def all_rows(conn: Connection, columns: str) -> list[Any]:
+    """These columns of every row, by doc id."""
+    return conn.execute(f"SELECT {columns} FROM docs ORDER BY id").fetchall()
+
+
+def rows_since(conn: Connection, columns: str, rev: int) -> list[Any]:
+    """These columns of the rows written after revision `rev`, in revision order."""
+    return conn.execute(f"SELECT {columns} FROM docs WHERE rev > ? ORDER BY rev", (rev,)).fetchall()
+
+
+def gone_since(conn: Connection, rev: int) -> list[int]:
+    """Doc ids deleted after revision `rev`."""
+    return [r[0] for r in conn.execute("SELECT id FROM docs_gone WHERE rev > ?", (rev,))]
+
+
+def gone_floor(conn: Connection) -> int:
+    """The oldest revision whose deletions `docs_gone` still holds."""
+    return conn.execute("SELECT value FROM search_meta WHERE key='docs_gone_floor'").fetchone()[0]
+
+
+def prune_gone(conn: Connection, rev: int) -> None:
+    """Forget the deletions up to revision `rev` (an index at `rev` or later has applied them)."""
+    conn.execute("DELETE FROM docs_gone WHERE rev <= ?", (rev,))
+    conn.execute("UPDATE search_meta SET value = max(value, ?) WHERE key='docs_gone_floor'", (rev,))
+
+
+def _vectors(conn: Connection, table: str, rowids: Sequence[int] | None) -> dict[int, np.ndarray]:
+    if rowids is None:
+        rows = conn.execute(f"SELECT rowid, embedding FROM {table}").fetchall()
+    else:
+        rows = []
+        for start in range(0, len(rowids), 500):
+            chunk = list(rowids[start:start + 500])
+            if chunk:
+                rows += conn.execute(f"SELECT rowid, embedding FROM {table} WHERE rowid IN"
+                                     f" ({','.join('?' * len(chunk))})", chunk).fetchall()
+    return {int(r[0]): np.frombuffer(r[1], dtype=np.float32) for r in rows}
+
+
+def item_vectors(conn: Connection, doc_ids: Sequence[int] | None) -> dict[int, np.ndarray]:
+    """The vectors of these rows (None: of every row), by doc id."""
+    return _vectors(conn, "docs_vec", doc_ids)
+
+
+def passage_vectors(conn: Connection, rowids: Sequence[int] | None) -> dict[int, np.ndarray]:
+    """Passage vectors by passage rowid (doc id * MAX_PASSAGES + n; None: every one)."""
+    return _vectors(conn, "docs_passages", rowids)
+
+
 # --- re-embedding (names changed, or a row prepared without the cast) -----------------------
 def replace_vectors(conn: Connection, doc_id: int, rev: int, prepared: Prepared) -> bool:
     """Give an unchanged row (still at `rev`, same text) new vectors; False if it changed meanwhile."""
@@ -282,10 +350,21 @@ def replace_vectors(conn: Connection, doc_id: int, rev: int, prepared: Prepared)
     return True
 
 
+def stale_cast(conn: Connection, version: int, limit: int) -> list[Any]:
+    """Up to `limit` rows embedded under another cast than `version` (id, text, dense_hash, rev)."""
+    return conn.execute("SELECT id, text, dense_hash, rev FROM docs WHERE cast_version != ? LIMIT ?",
+                        (version, limit)).fetchall()
+
+
 def mark_cast(conn: Connection, doc_ids: Sequence[int], version: int) -> None:
     """Rows whose embedded text is the same under the new cast: only their cast version moves
     (no revision: nothing search holds in memory changes)."""
     conn.executemany("UPDATE docs SET cast_version=? WHERE id=?", [(version, i) for i in doc_ids])
+
+
+def mark_cast_at(conn: Connection, doc_id: int, rev: int, version: int) -> None:
+    """`mark_cast` for one row, only while it is still at revision `rev`."""
+    conn.execute("UPDATE docs SET cast_version=? WHERE id=? AND rev=?", (version, doc_id, rev))
 
 
 def vectors_of(conn: Connection, kind: str, ref_ids: Sequence[str]) -> dict[str, np.ndarray]:

@@ -289,19 +289,6 @@ class LiveIndex:
 
 
 # --- loading from the store --------------------------------------------------------------------
-def _vectors(conn: Any, table: str, rowids: Sequence[int] | None) -> dict[int, np.ndarray]:
-    if rowids is None:
-        rows = conn.execute(f"SELECT rowid, embedding FROM {table}").fetchall()
-    else:
-        rows = []
-        for start in range(0, len(rowids), 500):
-            chunk = list(rowids[start:start + 500])
-            if chunk:
-                rows += conn.execute(f"SELECT rowid, embedding FROM {table} WHERE rowid IN"
-                                     f" ({','.join('?' * len(chunk))})", chunk).fetchall()
-    return {int(r[0]): np.frombuffer(r[1], dtype=np.float32) for r in rows}
-
-
 def _passage_ids(rows: Sequence[Any]) -> list[int]:
     return [int(r["id"]) * index.MAX_PASSAGES + j for r in rows for j in range(r["passages"])]
 
@@ -325,9 +312,9 @@ def build(db: Database, window_weights: Sequence[float]) -> LiveIndex:
     with db.read() as conn:
         live.rev = index.revision(conn)
         live.cast_version = index.cast_version(conn)
-        rows = conn.execute(f"SELECT {_COLUMNS} FROM docs ORDER BY id").fetchall()
-        vecs = _vectors(conn, "docs_vec", None)
-        pvecs = _vectors(conn, "docs_passages", None) if any(r["passages"] for r in rows) else {}
+        rows = index.all_rows(conn, _COLUMNS)
+        vecs = index.item_vectors(conn, None)
+        pvecs = index.passage_vectors(conn, None) if any(r["passages"] for r in rows) else {}
     live._reserve(len(rows), len(pvecs))
     _add_rows(live, rows, vecs, pvecs, link=False)
     live.link_all()
@@ -342,15 +329,14 @@ def catch_up(live: LiveIndex, db: Database, limit: int | None = None) -> bool:
         version = index.cast_version(conn)
         if rev == live.rev and version == live.cast_version:
             return True
-        floor = conn.execute("SELECT value FROM search_meta WHERE key='docs_gone_floor'").fetchone()[0]
-        if live.rev < floor:
+        if live.rev < index.gone_floor(conn):
             return False
-        gone = [r[0] for r in conn.execute("SELECT id FROM docs_gone WHERE rev > ?", (live.rev,))]
-        rows = conn.execute(f"SELECT {_COLUMNS} FROM docs WHERE rev > ? ORDER BY rev", (live.rev,)).fetchall()
+        gone = index.gone_since(conn, live.rev)
+        rows = index.rows_since(conn, _COLUMNS, live.rev)
         if limit is not None and len(rows) + len(gone) > limit:
             return False
-        vecs = _vectors(conn, "docs_vec", [int(r["id"]) for r in rows])
-        pvecs = _vectors(conn, "docs_passages", _passage_ids(rows))
+        vecs = index.item_vectors(conn, [int(r["id"]) for r in rows])
+        pvecs = index.passage_vectors(conn, _passage_ids(rows))
     if version != live.cast_version:
         live.cast_version, live.stale_cast = version, True
     for doc_id in gone:
@@ -439,8 +425,7 @@ class SearchState:
         """Deletions this index has applied need not be kept (another process behind this
         revision rebuilds instead)."""
         with self.svc.db.write() as conn:
-            conn.execute("DELETE FROM docs_gone WHERE rev <= ?", (rev,))
-            conn.execute("UPDATE search_meta SET value = max(value, ?) WHERE key='docs_gone_floor'", (rev,))
+            index.prune_gone(conn, rev)
 
     def reembed(self) -> int:
         """Vectors embedded with names of an older cast (or none): replace those whose text, with
@@ -448,9 +433,7 @@ class SearchState:
         db, done = self.svc.db, 0
         while not self.stopping:
             version, cast = index.store_cast(db)
-            rows = db.reader().execute(
-                "SELECT id, text, dense_hash, rev FROM docs WHERE cast_version != ? LIMIT ?",
-                (version, REEMBED_BATCH * 8)).fetchall()
+            rows = index.stale_cast(db.reader(), version, REEMBED_BATCH * 8)
             if not rows:
                 break
             same = [r["id"] for r in rows
@@ -467,8 +450,7 @@ class SearchState:
                     for r, p in zip(batch, prepared):
                         if p.cast_version != version or not index.replace_vectors(conn, r["id"], r["rev"], p):
                             # changed meanwhile: its own write re-prepared it, or the cast moved on
-                            conn.execute("UPDATE docs SET cast_version=? WHERE id=? AND rev=?",
-                                         (p.cast_version, r["id"], r["rev"]))
+                            index.mark_cast_at(conn, r["id"], r["rev"], p.cast_version)
                         done += 1
         with self.lock:
             if self.live is not None:

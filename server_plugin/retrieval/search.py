@@ -50,8 +50,7 @@ def query_cast(svc: Services, chat_id: str | None) -> R.Cast:
     version, names = index.store_names(svc.db)
     if chat_id is None:
         return index.store_cast(svc.db)[1]
-    members = tuple(r[0] for r in svc.db.reader().execute(
-        "SELECT character_id FROM chat_members WHERE chat_id=? ORDER BY position", (chat_id,)))
+    members = tuple(visibility.chat_members(svc.db.reader(), chat_id))
 
     def build() -> R.Cast:
         first = [n for n in names if n[0] in members]
@@ -101,9 +100,7 @@ def _results(svc: Services, picked: Sequence[tuple[int, float]]) -> list[dict[st
     if not picked:
         return []
     ids = [d for d, _ in picked]
-    rows = {r["id"]: r for r in svc.db.reader().execute(
-        "SELECT id, kind, ref_id, chat_id, character_id, text, sources, created_at FROM docs"
-        f" WHERE id IN ({','.join('?' * len(ids))})", ids)}
+    rows = index.results(svc.db.reader(), ids)
     out = []
     for doc_id, score in picked:
         r = rows.get(doc_id)

@@ -16,6 +16,16 @@ Items a told event may refer to (`ItemRef.kind`): `message` (ref: the message's 
 `character_memory`, `scene_summary`, `lore` (ref: their id) and `sheet_secret` (ref:
 `<hash of the text>:<character id>`; a sheet secret's owner always knows it, `known_by` names who
 else does).
+
+Owns: knowledge_grants.
+
+It reads other concepts' tables, on purpose: deciding who knows what needs the facts knowledge
+comes from, and this module sits below the story concepts (retrieval imports nothing of story),
+so it cannot ask them. Read: who shares a chat (`chat_members`), a message's seq from its id
+(`messages`), the messages an episode came from (`episode_sources`), and the `known_by` of every
+tellable item (`memories`, `episodes`, `lore`, the secrets in `characters.sheet`). Written: only
+those `known_by` values (a told event's grant, or its undoing) and its own grants; a message's
+`known_by` lives in its index entry (docs.py). tests/test_architecture.py lists these reads.
 """
 
 from __future__ import annotations
@@ -69,6 +79,12 @@ def known_by_sql(viewer_id: str | None, column: str) -> tuple[str, list[str]]:
 SCOPED_KINDS = frozenset({"memory"})
 
 
+def chat_members(conn: Connection, chat_id: str) -> list[str]:
+    """A chat's members, in order: who is present in it."""
+    return [r[0] for r in conn.execute(
+        "SELECT character_id FROM chat_members WHERE chat_id=? ORDER BY position", (chat_id,))]
+
+
 def readable_scopes(conn: Any, viewer_id: str) -> frozenset[str]:
     """The character scopes a viewer reads (RV5): its own and those of everyone it shares a chat with."""
     rows = conn.execute("SELECT DISTINCT b.character_id FROM chat_members a JOIN chat_members b"
@@ -106,8 +122,7 @@ def row_mask(viewer_id: str | None, *, known_sets: Sequence[Collection[str]], kn
 
 def _message_known_by(conn: Connection, seq: int | str) -> list[str] | None:
     # The index entry of a message holds its witnesses (messages.py writes them).
-    row = conn.execute("SELECT known_by FROM docs WHERE kind=? AND ref_id=?", (MESSAGE, str(seq))).fetchone()
-    return None if row is None else loads(row[0])
+    return index.entry_known_by(conn, MESSAGE, str(seq))[1]
 
 
 def _message_seqs(conn: Connection, chat_id: str, message_ids: Iterable[str]) -> list[int]:
@@ -127,8 +142,7 @@ def witnesses(conn: Connection, chat_id: str, message_ids: Iterable[str]) -> lis
     for seq in _message_seqs(conn, chat_id, message_ids):
         found.update(_message_known_by(conn, seq) or [])
     if not found:
-        found.update(r[0] for r in conn.execute(
-            "SELECT character_id FROM chat_members WHERE chat_id=?", (chat_id,)))
+        found.update(chat_members(conn, chat_id))
     return sorted(found)
 
 
@@ -178,8 +192,8 @@ _MISSING = object()
 def _read(conn: Connection, item: ItemRef) -> Any:
     """The item's known_by list (None: public), or _MISSING when the item does not exist."""
     if item.kind == MESSAGE:
-        row = conn.execute("SELECT 1 FROM docs WHERE kind=? AND ref_id=?", (MESSAGE, item.ref)).fetchone()
-        return _MISSING if row is None else _message_known_by(conn, item.ref)
+        indexed, known = index.entry_known_by(conn, MESSAGE, item.ref)
+        return known if indexed else _MISSING
     if item.kind == SHEET_SECRET:
         found = _secret(conn, item.ref)
         if found is None:
@@ -271,8 +285,8 @@ def tell(svc: Any, conn: Connection, items: Sequence[ItemRef], listener_ids: Ite
 
 def untell(svc: Any, conn: Connection, told_ids: Iterable[str]) -> int:
     """Undo told events (inside a write): remove the characters they added to items' known_by,
-    except where another remaining told event added the same character; then delete the events.
-    Returns how many characters were removed from items."""
+    except where another remaining told event added the same character. The events themselves
+    are told.py's to delete. Returns how many characters were removed from items."""
     ids = list(dict.fromkeys(told_ids))
     if not ids:
         return 0
@@ -280,7 +294,6 @@ def untell(svc: Any, conn: Connection, told_ids: Iterable[str]) -> int:
     grants = conn.execute(f"SELECT DISTINCT item_kind, item_ref, character_id FROM knowledge_grants"
                           f" WHERE told_id IN ({marks})", ids).fetchall()
     conn.execute(f"DELETE FROM knowledge_grants WHERE told_id IN ({marks})", ids)
-    conn.execute(f"DELETE FROM told_events WHERE id IN ({marks})", ids)
     removed = 0
     now = svc.clock.iso()
     by_item: dict[ItemRef, set[str]] = {}
@@ -303,6 +316,12 @@ def forget(conn: Connection, items: Iterable[ItemRef]) -> None:
     happened, and what else it granted stands)."""
     conn.executemany("DELETE FROM knowledge_grants WHERE item_kind=? AND item_ref=?",
                      [(i.kind, i.ref) for i in items])
+
+
+def forget_deleted_messages(conn: Connection) -> None:
+    """Grants recorded on deleted messages' index entries have nothing left to undo."""
+    conn.execute("DELETE FROM knowledge_grants WHERE item_kind=? AND CAST(item_ref AS INTEGER) NOT IN"
+                 " (SELECT seq FROM messages)", (MESSAGE,))
 
 
 # --- secrets: what some characters know and others do not -------------------------------------

@@ -207,27 +207,34 @@ class Sink(Protocol):
     def wait_settled(self, timeout: float) -> int: ...
 
 
+Validate = Callable[[str, Any], None]  # (schema name, payload): raises when it does not match
+
+
 class LocalSink:
     """The data folder, opened here (the caller holds its lock): the same domain functions as the
-    HTTP routes, and the jobs run between batches as the sidecar's worker would run them."""
+    HTTP routes, and the jobs run between batches as the sidecar's worker would run them.
 
-    def __init__(self, svc: Any) -> None:
+    `validate` checks a record against the routes' schema of that name (the API's schemas: the
+    caller hands them in, as nothing below the API imports it)."""
+
+    def __init__(self, svc: Any, validate: Validate) -> None:
         from ..jobs import queue as jobs
 
         self.svc = svc
+        self.validate = validate
         jobs.recover(svc)  # jobs an interrupted run left running go back to the queue
 
     def stored_ids(self, chat_id: str) -> set[str]:
-        rows = self.svc.db.reader().execute("SELECT id FROM messages WHERE chat_id=?", (chat_id,))
-        return {r[0] for r in rows}
+        from ..story import messages
+
+        return set(messages.ids(self.svc.db.reader(), chat_id))
 
     def register(self, plan: Plan) -> None:
-        from ..api.schemas import default_schemas
         from ..story import characters, chats
 
         for cid, body in plan.characters.items():
             if characters.fetch(self.svc.db.reader(), cid) is None:  # never clobber a person's edits
-                default_schemas().validate("character_put.request", body)
+                self.validate("character_put.request", body)
                 characters.put(self.svc, cid, body)
         existing = chats.fetch(self.svc.db.reader(), plan.chat_id)
         members = list(dict.fromkeys((existing or {}).get("member_ids", []) + plan.members))
@@ -235,10 +242,9 @@ class LocalSink:
             chats.put(self.svc, plan.chat_id, {"member_ids": members})
 
     def ingest(self, chat_id: str, batch: list[dict[str, Any]]) -> dict[str, Any]:
-        from ..api.schemas import default_schemas
         from ..story import conversation
 
-        default_schemas().validate("messages_upsert.request", {"messages": batch})
+        self.validate("messages_upsert.request", {"messages": batch})
         return conversation.ingest(self.svc, chat_id, batch)
 
     def drain(self) -> int:

@@ -6,6 +6,8 @@ whoever writes (a route, a job, an import, a direct SQL fix): `lore`, `character
 summaries). A cache keyed by the counters of the tables it read is never
 stale, and — unlike `db.generation`, which every write moves — it survives the writes every
 turn makes to other tables (messages, statistics, jobs).
+
+Owns: generations.
 """
 
 from __future__ import annotations

@@ -211,5 +211,17 @@ def dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def rekey(conn: Connection, column: str, old: Any, new: Any) -> list[str]:
+    """Set `column` from `old` to `new` in every table of the schema that has that column
+    (inside a write); returns those tables. Like an export, this reads the schema, not a concept:
+    a chat rename moves every row keyed by the chat, whichever module owns it."""
+    tables = [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type='table' AND sql NOT LIKE 'CREATE VIRTUAL%'")]
+    keyed = [t for t in tables if any(col[1] == column for col in conn.execute(f'PRAGMA table_info("{t}")'))]
+    for table in keyed:
+        conn.execute(f'UPDATE "{table}" SET "{column}"=? WHERE "{column}"=?', (new, old))
+    return keyed
+
+
 def loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)

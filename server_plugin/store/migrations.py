@@ -2,6 +2,11 @@
 
 A migration is a function taking the writer connection. Add new ones at the end of MIGRATIONS with
 the next number; never edit or renumber one that has shipped.
+
+Every table is created here; the module that owns one (reads and writes it; the others call its
+functions) says so in its docstring, `Owns: <tables>.` (tests/test_architecture.py checks both).
+
+Owns: meta, schema_migrations.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ Sheets grow with play (SW1), and who wrote each field is kept: `field_sources` m
 wrote or imported, and fields a person locked (`locked_fields`), are never overwritten by a model
 or a background job: a PUT by such an actor that would change one is refused (403), and
 `update_sheet` (the jobs' way in) applies the other fields and reports the refused ones.
+
+Owns: characters.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 from ..errors import Forbidden, NotFound
 from ..services import Services
 from ..store.db import Connection, dumps, loads
+from . import chats
 
 PERSON = "user"
 PERSON_SOURCES = ("user", "import")  # what a person wrote, by hand or in a card
@@ -72,6 +75,17 @@ def get(svc: Services, character_id: str) -> dict[str, Any]:
 def list_all(svc: Services) -> list[dict[str, Any]]:
     rows = svc.db.reader().execute("SELECT * FROM characters ORDER BY name COLLATE NOCASE, id")
     return [to_dict(r) for r in rows]
+
+
+def every(conn: Connection) -> list[dict[str, Any]]:
+    """Every character, by id (the context's cast)."""
+    return [to_dict(r) for r in conn.execute("SELECT * FROM characters ORDER BY id")]
+
+
+def names(conn: Connection) -> list[tuple[str, str, list[str]]]:
+    """(id, name, aliases) of every character, oldest first (who is who by name)."""
+    rows = conn.execute("SELECT id, name, aliases FROM characters ORDER BY created_at, id")
+    return [(r["id"], r["name"], loads(r["aliases"])) for r in rows]
 
 
 NEW_CHARACTER = {"aliases": [], "sheet": {}, "locked_fields": [], "field_sources": {},
@@ -146,16 +160,17 @@ def update_sheet(svc: Services, character_id: str, fields: dict[str, Any], actor
 
 
 def delete(svc: Services, character_id: str) -> dict[str, Any]:
-    """Delete a character; its memories become global instead of disappearing (rule RV6)."""
-    from . import memories  # memories depends on characters for checks; import here, not at top
+    """Delete a character; its memories become global instead of disappearing (rule RV6).
 
+    The memories are memories' to move (`hooks.character_deleted`, in this transaction): they
+    check characters, so characters does not import them."""
     with svc.db.write() as conn:
         if fetch(conn, character_id) is None:
             raise NotFound("character_not_found", f"No character with id {character_id!r}.")
-        moved = memories.make_global(svc, conn, character_id)
-        conn.execute("DELETE FROM chat_members WHERE character_id=?", (character_id,))
+        released = svc.hooks.character_deleted.tally(svc, conn, character_id)
+        chats.forget_character(conn, character_id)
         conn.execute("DELETE FROM characters WHERE id=?", (character_id,))
-    return {"deleted": character_id, "memories_made_global": moved}
+    return {"deleted": character_id, "memories_made_global": released.get("memories_made_global", 0)}
 
 
 def learning_enabled(conn: Connection, character_id: str | None) -> bool:

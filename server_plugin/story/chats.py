@@ -1,4 +1,7 @@
-"""Chats: their members, the memory switch (RV16) and the context size they were last built for."""
+"""Chats: their members, the memory switch (RV16) and the context size they were last built for.
+
+Owns: chats, chat_members.
+"""
 
 from __future__ import annotations
 
@@ -78,3 +81,43 @@ def memory_enabled(conn: Connection, chat_id: str | None) -> bool:
 def members(conn: Connection, chat_id: str) -> list[str]:
     return [r[0] for r in conn.execute(
         "SELECT character_id FROM chat_members WHERE chat_id=? ORDER BY position", (chat_id,))]
+
+
+def title(conn: Connection, chat_id: str) -> str | None:
+    """A chat's title (None when it has none, or there is no such chat)."""
+    row = conn.execute("SELECT title FROM chats WHERE id=?", (chat_id,)).fetchone()
+    return None if row is None else row["title"]
+
+
+def forget_character(conn: Connection, character_id: str) -> None:
+    """A deleted character is no member of any chat (inside the deleting write)."""
+    conn.execute("DELETE FROM chat_members WHERE character_id=?", (character_id,))
+
+
+def delete(conn: Connection, chat_id: str) -> None:
+    """Delete the chat row (inside a write); its members go by ON DELETE CASCADE."""
+    conn.execute("DELETE FROM chats WHERE id=?", (chat_id,))
+
+
+def rename(conn: Connection, chat_id: str, new_id: str, now: str) -> None:
+    """Give the chat row a new id (inside a write; the caller moves what points at it)."""
+    conn.execute("PRAGMA defer_foreign_keys=ON")  # chat_members points at chats(id)
+    conn.execute("UPDATE chats SET id=?, updated_at=? WHERE id=?", (new_id, now, chat_id))
+
+
+# --- the context size it was last assembled for (RV2) ------------------------------------------
+def context_tokens(conn: Connection, chat_id: str) -> int | None:
+    """The context size the chat was last assembled for (None: never, or no such chat)."""
+    row = conn.execute("SELECT context_tokens FROM chats WHERE id=?", (chat_id,)).fetchone()
+    return row[0] if row is not None else None
+
+
+def remember_context_tokens(svc: Services, chat_id: str, context_tokens: int) -> bool:
+    """Record the context size a chat was just assembled for (RV2: the compaction after the turn
+    then uses the same window the prompt did). Writes only when it changed; True if it did."""
+    row = svc.db.reader().execute("SELECT context_tokens FROM chats WHERE id=?", (chat_id,)).fetchone()
+    if row is None or row[0] == context_tokens:
+        return False
+    with svc.db.write() as conn:
+        return conn.execute("UPDATE chats SET context_tokens=? WHERE id=?",
+                            (int(context_tokens), chat_id)).rowcount > 0

@@ -23,6 +23,8 @@ memory vectors per memory version, token counts in tokens.py, the query vector i
 The one query embedding (the last action) is computed first, in the request's own thread: on two
 cores a worker thread running it while the database is read made both slower (the model's own
 threads and the GIL contend), 44 ms against 27 ms sequential at p50 in bench/assemble_latency.py.
+
+Owns: context_turns.
 """
 
 from __future__ import annotations
@@ -116,8 +118,7 @@ class Cast:
 def cast(svc: Services) -> Cast:
     """The whole cast, read once per change of the characters table."""
     def read() -> Cast:
-        rows = [characters.to_dict(r)
-                for r in svc.db.reader().execute("SELECT * FROM characters ORDER BY id")]
+        rows = characters.every(svc.db.reader())
         return Cast({c["id"]: c for c in rows},
                     tuple(CastMember(c["id"], c["name"], tuple(c["aliases"])) for c in rows))
 
@@ -133,10 +134,8 @@ class LoreCard:
 def all_cards(svc: Services) -> tuple[LoreCard, ...]:
     """Every enabled lore entry as a story card, read once per change of the lore table."""
     def read() -> tuple[LoreCard, ...]:
-        rows = svc.db.reader().execute(
-            "SELECT id, title, text, triggers, always, known_by FROM lore WHERE enabled=1 ORDER BY id")
         out = []
-        for r in rows:
+        for r in lore.enabled_rows(svc.db.reader()):
             known = loads(r["known_by"])
             out.append(LoreCard(Card(r["id"], lore.index_text(r["title"], r["text"]),
                                      tuple(loads(r["triggers"])), bool(r["always"])),
@@ -295,7 +294,7 @@ def record_turn(svc: Services, chat: dict[str, Any], turn: Turn, last: Message |
                 out: Assembly) -> None:
     """Remember `context_tokens` (RV2) and, on a new turn, count the cards that fired (QS5)."""
     if turn.context_tokens >= MIN_REMEMBERED_CONTEXT:
-        summaries.remember_context_tokens(svc, chat["id"], turn.context_tokens)  # on change only
+        chats.remember_context_tokens(svc, chat["id"], turn.context_tokens)  # on change only
     key = action_key(turn, last)
     if turn.generation_type in SAME_TURN_TYPES:
         return
@@ -321,7 +320,7 @@ def record_turn(svc: Services, chat: dict[str, Any], turn: Turn, last: Message |
 def _forget_chat(svc: Services, conn: Connection, chat_id: str) -> dict[str, int]:
     """A deleted chat takes its card statistics and turn counter with it (a rename moves them:
     conversation.rename_chat rewrites every `chat_id` column)."""
-    return {"lore_stats": conn.execute("DELETE FROM lore_stats WHERE chat_id=?", (chat_id,)).rowcount,
+    return {"lore_stats": lore.forget_chat(conn, chat_id),
             "context_turns": conn.execute("DELETE FROM context_turns WHERE chat_id=?",
                                           (chat_id,)).rowcount}
 

@@ -21,7 +21,7 @@ from ..jobs import queue
 from ..jobs.queue import JobKinds
 from ..retrieval import docs
 from ..services import Services
-from ..store.db import Connection, loads
+from ..store.db import Connection, rekey
 from . import chats, deep_memory, memories, messages, notes, sessions, summaries
 
 
@@ -65,17 +65,6 @@ def _outcome(chat_id: str, changes: messages.Changes | None) -> dict[str, Any]:
 
 
 # --- deleting --------------------------------------------------------------------------------
-def _forget_memories(svc: Services, conn: Connection, chat_id: str, gone: set[str]) -> int:
-    """Unpinned memories this chat derived only from deleted messages go with them (never pinned
-    ones, RV11, and never a person's)."""
-    rows = conn.execute("SELECT id, source_message_ids FROM memories WHERE chat_id=? AND pinned=0 AND"
-                        " actor != 'user' AND source_message_ids != '[]'", (chat_id,)).fetchall()
-    doomed = [r["id"] for r in rows if set(loads(r["source_message_ids"])) <= gone]
-    for memory_id in doomed:
-        memories.delete(svc, memory_id, "background")
-    return len(doomed)
-
-
 def delete_message(svc: Services, chat_id: str, message_id: str) -> dict[str, Any]:
     """Delete one message and what was derived only from it (summaries, memories, …)."""
     chats.get(svc, chat_id)
@@ -84,7 +73,7 @@ def delete_message(svc: Services, chat_id: str, message_id: str) -> dict[str, An
         removed = {"messages": messages.delete_rows(conn, [row])}
         removed["summaries"] = summaries.forget_messages(svc, conn, chat_id, [row])
         sessions.mark_stale(conn, chat_id, [row])
-        removed["memories"] = _forget_memories(svc, conn, chat_id, {message_id})
+        removed["memories"] = memories.forget_messages(svc, conn, chat_id, {message_id})
         _merge_counts(removed, svc.hooks.messages_deleted.tally(svc, conn, chat_id, [message_id]))
     return {"deleted": message_id, "chat_id": chat_id, "removed": removed}
 
@@ -101,7 +90,7 @@ def delete_chat(svc: Services, chat_id: str) -> dict[str, Any]:
                    "notes": notes.delete_for_chat(conn, chat_id),
                    "jobs": queue.delete_for_chat(conn, chat_id)}
         _merge_counts(removed, svc.hooks.chat_deleted.tally(svc, conn, chat_id))
-        conn.execute("DELETE FROM chats WHERE id=?", (chat_id,))  # members go by ON DELETE CASCADE
+        chats.delete(conn, chat_id)
     return {"deleted": chat_id, "removed": removed}
 
 
@@ -109,7 +98,9 @@ def rename_chat(svc: Services, chat_id: str, new_id: str) -> dict[str, Any]:
     """SillyTavern renamed a chat file: move everything keyed by the old chat id to the new one.
 
     Every table with a `chat_id` column follows (those of other modules too, and memories'
-    provenance, so a later rollback still finds them).
+    provenance, so a later rollback still finds them). On purpose this asks no owner: the store
+    rewrites the column wherever the schema has it (`db.rekey`), so a table added later moves
+    too; only the search index, whose keys embed the chat id, is told (`docs.moved_chat`).
     """
     with svc.db.write() as conn:
         if chats.fetch(conn, chat_id) is None:
@@ -118,19 +109,10 @@ def rename_chat(svc: Services, chat_id: str, new_id: str) -> dict[str, Any]:
             return chats.fetch(conn, chat_id)  # type: ignore[return-value]
         if chats.fetch(conn, new_id) is not None:
             raise Conflict("chat_exists", f"A chat with id {new_id!r} already exists.")
-        conn.execute("PRAGMA defer_foreign_keys=ON")  # chat_members points at chats(id)
-        conn.execute("UPDATE chats SET id=?, updated_at=? WHERE id=?", (new_id, svc.clock.iso(), chat_id))
-        for table in _tables_with_chat_id(conn):
-            conn.execute(f'UPDATE "{table}" SET chat_id=? WHERE chat_id=?', (new_id, chat_id))
+        chats.rename(conn, chat_id, new_id, svc.clock.iso())
+        rekey(conn, "chat_id", chat_id, new_id)
         docs.moved_chat(conn, chat_id, new_id)
         return chats.fetch(conn, new_id)  # type: ignore[return-value]
-
-
-def _tables_with_chat_id(conn: Connection) -> list[str]:
-    tables = [r[0] for r in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type='table' AND sql NOT LIKE 'CREATE VIRTUAL%'")]
-    return [t for t in tables
-            if any(col[1] == "chat_id" for col in conn.execute(f'PRAGMA table_info("{t}")'))]
 
 
 # --- rollback (RV10) -------------------------------------------------------------------------

@@ -45,14 +45,14 @@ def after_compaction(svc: Services, conn: Connection, chat_id: str, turn_id: str
     batch = waiting[:svc.settings.deep_memory_max_messages]
     job_id = queue.enqueue(svc, KIND, chat_id=chat_id, turn_id=turn_id, dedupe=False,
                           target={"message_ids": [r["id"] for r in batch]})
-    conn.executemany("UPDATE messages SET deep_job=? WHERE seq=?", [(job_id, r["seq"]) for r in batch])
+    messages.mark_deep_read(conn, batch, job_id)
     ids = [r["id"] for r in batch]
     return 1 + svc.hooks.deep_memory_ran.count(svc, conn, chat_id, turn_id, ids)
 
 
 def release(conn: Connection, job_ids: Sequence[str]) -> None:
     """Messages read by rolled-back runs may be read again."""
-    conn.executemany("UPDATE messages SET deep_job=NULL WHERE deep_job=?", [(j,) for j in job_ids])
+    messages.release_deep_read(conn, job_ids)
 
 
 def _cast(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[CharacterRef]:
@@ -69,12 +69,7 @@ def _cast(conn: Connection, chat_id: str, rows: Sequence[Any]) -> list[Character
 
 
 def _existing(svc: Services, conn: Connection, cast: Sequence[CharacterRef]) -> list[str]:
-    ids = [c.id for c in cast]
-    marks = ",".join("?" * len(ids))
-    rows = conn.execute(f"SELECT text FROM memories WHERE scope='global' OR character_id IN ({marks})"
-                        " ORDER BY updated_at DESC LIMIT ?",
-                        (*ids, svc.settings.deep_memory_existing_max))
-    return [r[0] for r in rows]
+    return memories.newest_texts(conn, [c.id for c in cast], svc.settings.deep_memory_existing_max)
 
 
 def _build(svc: Services, job: queue.Job) -> Prompt | None:
@@ -101,9 +96,8 @@ def _prepare(svc: Services, job: queue.Job, result: Extraction) -> None:
 
 def _saved(conn: Connection, draft: MemoryDraft) -> bool:
     fold = " ".join(draft.text.casefold().split())
-    rows = conn.execute("SELECT text FROM memories WHERE scope=? AND character_id IS ?",
-                        (draft.scope, draft.character_id))
-    return any(" ".join(r[0].casefold().split()) == fold for r in rows)
+    return any(" ".join(t.casefold().split()) == fold
+               for t in memories.scope_texts(conn, draft.scope, draft.character_id))
 
 
 def _apply(svc: Services, conn: Connection, job: queue.Job, result: Extraction,

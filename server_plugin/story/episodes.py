@@ -23,6 +23,8 @@ wrote it. Rolling back a turn removes what its jobs wrote and what was derived o
 turn's messages; deleting a message removes the items derived only from it, and items citing
 other messages too lose that id and the quotes from it (their text is re-indexed); a told event
 whose evidence message goes is undone.
+
+Owns: episodes, episode_sources.
 """
 
 from __future__ import annotations
@@ -63,9 +65,10 @@ def render(row: Any) -> str:
 
 
 def _sources(conn: Connection, episode_id: str) -> list[str]:
-    return [r[0] for r in conn.execute(
-        "SELECT s.message_id FROM episode_sources s LEFT JOIN messages m ON m.chat_id = s.chat_id"
-        " AND m.id = s.message_id WHERE s.episode_id=? ORDER BY m.position, m.seq", (episode_id,))]
+    """An item's source message ids, in transcript order (ids of deleted messages first)."""
+    rows = conn.execute("SELECT chat_id, message_id FROM episode_sources WHERE episode_id=?",
+                        (episode_id,)).fetchall()
+    return messages.in_order(conn, rows[0]["chat_id"], [r["message_id"] for r in rows]) if rows else []
 
 
 def to_dict(conn: Connection, row: Any) -> dict[str, Any]:
@@ -152,8 +155,7 @@ def queue_session(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
                                  "per_character": svc.settings.character_memories_per_character,
                                  "origin": "session"})
             queued += 1
-        conn.executemany("UPDATE messages SET memories_job=? WHERE seq=?",
-                         [(SESSION_READ, r["seq"]) for r in part])
+        messages.mark_memories_read(conn, part, SESSION_READ)
     for i, part in enumerate(extraction.parts(svc, rows)):
         target = {"n": n, "message_ids": [r["id"] for r in part]}
         queue.enqueue(svc, SCENES_JOB, chat_id=chat_id, ref=f"{n}:{i}", target=target)
@@ -176,7 +178,7 @@ def queue_deep_run(svc: Services, conn: Connection, chat_id: str, turn_id: str |
     job_id = queue.enqueue(svc, MEMORIES_JOB, chat_id=chat_id, turn_id=turn_id, dedupe=False, target={
         "n": rows[0]["session_n"], "message_ids": [r["id"] for r in rows], "character_ids": learners,
         "per_character": per, "origin": "deep_memory"})
-    conn.executemany("UPDATE messages SET memories_job=? WHERE seq=?", [(job_id, r["seq"]) for r in rows])
+    messages.mark_memories_read(conn, rows, job_id)
     return 1
 
 
@@ -365,9 +367,7 @@ def forget_messages(svc: Services, conn: Connection, chat_id: str, message_ids: 
             _strip(svc, conn, row, gone & cited)
             stripped += 1
     untold = told.untell_messages(svc, conn, chat_id, gone)
-    # Grants recorded on deleted messages' index entries have nothing left to undo.
-    conn.execute("DELETE FROM knowledge_grants WHERE item_kind=? AND CAST(item_ref AS INTEGER) NOT IN"
-                 " (SELECT seq FROM messages)", (visibility.MESSAGE,))
+    visibility.forget_deleted_messages(conn)
     return {"episodes": _delete_rows(conn, doomed), "episodes_trimmed": stripped, "told_events": untold}
 
 
@@ -379,8 +379,7 @@ def _chat_deleted(svc: Services, conn: Connection, chat_id: str) -> dict[str, in
     """A deleted chat's scenes never happened: its told events are undone, its items go."""
     untold = told.untell_chat(svc, conn, chat_id)
     rows = conn.execute("SELECT * FROM episodes WHERE chat_id=?", (chat_id,)).fetchall()
-    conn.execute("DELETE FROM knowledge_grants WHERE item_kind=? AND CAST(item_ref AS INTEGER) NOT IN"
-                 " (SELECT seq FROM messages)", (visibility.MESSAGE,))
+    visibility.forget_deleted_messages(conn)
     return {"episodes": _delete_rows(conn, rows), "told_events": untold}
 
 
@@ -388,15 +387,12 @@ def rollback_turn(svc: Services, conn: Connection, chat_id: str, turn_id: str) -
     """RV10, called before the turn's jobs are deleted: what this module's jobs of the turn
     wrote goes (items, told events), the messages they read may be read again, and what was
     derived only from the turn's own messages goes too."""
-    marks = ",".join("?" * len(JOB_KINDS))
-    job_ids = [r[0] for r in conn.execute(f"SELECT id FROM jobs WHERE chat_id=? AND turn_id=? AND kind IN ({marks})",
-                                          (chat_id, turn_id, *JOB_KINDS))]
-    conn.executemany("UPDATE messages SET memories_job=NULL WHERE chat_id=? AND memories_job=?",
-                     [(chat_id, j) for j in job_ids])
+    job_ids = queue.ids_of_turn(conn, chat_id, turn_id, JOB_KINDS)
+    messages.release_memories_read(conn, chat_id, job_ids)
     untold = told.untell_turn(svc, conn, chat_id, turn_id)
     rows = conn.execute("SELECT * FROM episodes WHERE chat_id=? AND turn_id=?", (chat_id, turn_id)).fetchall()
     removed = {"episodes": _delete_rows(conn, rows), "told_events": untold}
-    own = [r[0] for r in conn.execute("SELECT id FROM messages WHERE chat_id=? AND turn_id=?", (chat_id, turn_id))]
+    own = messages.ids_of_turn(conn, chat_id, turn_id)
     for key, value in forget_messages(svc, conn, chat_id, own).items():
         removed[key] = removed.get(key, 0) + value
     return removed

@@ -7,6 +7,8 @@ public, a list restricts who may know it), `metadata` (what an import could not 
 (user | import | job). Every entry is indexed for search (kind "lore") in the transaction that
 writes it. Per chat, `lore_stats` records when each card last fired (turn and time) and how many
 turns it fired in, for QS5's ranking; `context.py` updates it after each assembly.
+
+Owns: lore, lore_stats.
 """
 
 from __future__ import annotations
@@ -262,6 +264,12 @@ def remove_card_book(conn: Connection, character_id: str) -> list[str]:
     return ids
 
 
+def enabled_rows(conn: Connection) -> list[Any]:
+    """Every enabled entry as a story card needs it (id, title, text, triggers, always, known_by)."""
+    return conn.execute(
+        "SELECT id, title, text, triggers, always, known_by FROM lore WHERE enabled=1 ORDER BY id").fetchall()
+
+
 # --- per-chat trigger statistics (QS5) -----------------------------------------------------------
 def chat_stats(conn: Connection, chat_id: str,
                lore_ids: Sequence[str] | None = None) -> dict[str, tuple[int, int]]:
@@ -296,3 +304,8 @@ def stats_list(svc: Services, chat_id: str) -> list[dict[str, Any]]:
         "SELECT lore_id, uses, last_turn, last_used_at FROM lore_stats WHERE chat_id=?"
         " ORDER BY last_turn DESC, uses DESC, lore_id", (chat_id,))
     return [{"lore_id": r[0], "uses": r[1], "last_turn": r[2], "last_used_at": r[3]} for r in rows]
+
+
+def forget_chat(conn: Connection, chat_id: str) -> int:
+    """A deleted chat's card statistics go (inside its write); returns how many."""
+    return conn.execute("DELETE FROM lore_stats WHERE chat_id=?", (chat_id,)).rowcount

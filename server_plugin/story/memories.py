@@ -4,6 +4,8 @@ Rules: RV4 (scope: one character or global), RV5 (a group reads every member's s
 RV6 (a deleted character's memories become global), RV7 (per-turn selection), RV8 (quotas; overflow
 archives, never deletes), RV10–RV12 (who may change what; rollback by turn), RV14 (learn from chat),
 RV16 (memory switched off for a chat), RV19 (delete all in two steps), SW9b (known_by).
+
+Owns: memories.
 """
 
 from __future__ import annotations
@@ -83,6 +85,21 @@ def list_memories(svc: Services, *, scope: str | None = None, character_id: str 
         " ORDER BY pinned DESC, updated_at DESC, id", args)
     threshold = recent_threshold(svc)
     return [to_dict(r, svc, threshold) for r in rows]
+
+
+def newest_texts(conn: Connection, character_ids: list[str], limit: int) -> list[str]:
+    """The texts of the newest `limit` memories that are global or of these characters."""
+    marks = ",".join("?" * len(character_ids))
+    rows = conn.execute(f"SELECT text FROM memories WHERE scope='global' OR character_id IN ({marks})"
+                        " ORDER BY updated_at DESC LIMIT ?", (*character_ids, limit))
+    return [r[0] for r in rows]
+
+
+def scope_texts(conn: Connection, scope: str, character_id: str | None) -> list[str]:
+    """The texts of every memory of one scope (archived ones too)."""
+    rows = conn.execute("SELECT text FROM memories WHERE scope=? AND character_id IS ?",
+                        (scope, character_id))
+    return [r[0] for r in rows]
 
 
 # --- checks ----------------------------------------------------------------------------------
@@ -284,6 +301,17 @@ def rollback_turn(svc: Services, conn: Connection, chat_id: str, turn_id: str) -
     return ids
 
 
+def forget_messages(svc: Services, conn: Connection, chat_id: str, gone: set[str]) -> int:
+    """Unpinned memories this chat derived only from deleted messages go with them (never pinned
+    ones, RV11, and never a person's)."""
+    rows = conn.execute("SELECT id, source_message_ids FROM memories WHERE chat_id=? AND pinned=0 AND"
+                        " actor != 'user' AND source_message_ids != '[]'", (chat_id,)).fetchall()
+    doomed = [r["id"] for r in rows if set(loads(r["source_message_ids"])) <= gone]
+    for memory_id in doomed:
+        delete(svc, memory_id, "background")
+    return len(doomed)
+
+
 def make_global(svc: Services, conn: Connection, character_id: str) -> int:
     """RV6: move a character's memories to the global scope (inside the deleting transaction).
 
@@ -383,6 +411,12 @@ def _rollback(svc: Services, conn: Connection, chat_id: str, turn_id: str) -> di
     return {"memories": len(rollback_turn(svc, conn, chat_id, turn_id))}
 
 
+def _character_deleted(svc: Services, conn: Connection, character_id: str) -> dict[str, int]:
+    return {"memories_made_global": make_global(svc, conn, character_id)}
+
+
 def register(jobs: JobKinds, hooks: Hooks) -> None:
-    """A rolled-back turn takes back the memories it saved (RV10; never pinned ones, RV11)."""
+    """A rolled-back turn takes back the memories it saved (RV10; never pinned ones, RV11); a
+    deleted character's memories become global (RV6)."""
     hooks.turn_rolled_back.connect(_rollback)
+    hooks.character_deleted.connect(_character_deleted)

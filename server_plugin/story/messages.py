@@ -9,6 +9,8 @@ Every message is a search document (kind "message", ref_id = str(seq)) written i
 transaction as its row, known by the chat's members at the time it was said plus its speaker:
 its witnesses (SW9b). This module stores rows; `conversation.py` decides what follows from a write
 (sessions, compaction, stale summaries).
+
+Owns: messages.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ..errors import NotFound, Unprocessable
 from ..jobs.tasks.base import ChatMessage
 from ..retrieval import docs as index
 from ..services import Services
-from ..store.db import Connection, loads
+from ..store.db import Connection
 
 KIND = "message"
 ORDER = "position, seq"  # the transcript's order, everywhere
@@ -105,6 +107,54 @@ def speaker_names(conn: Connection, chat_id: str, message_ids: Sequence[str]) ->
 
 def count(conn: Connection, chat_id: str) -> int:
     return conn.execute("SELECT count(*) FROM messages WHERE chat_id=?", (chat_id,)).fetchone()[0]
+
+
+def ids(conn: Connection, chat_id: str) -> list[str]:
+    """The ids of a chat's messages (in no particular order)."""
+    return [r[0] for r in conn.execute("SELECT id FROM messages WHERE chat_id=?", (chat_id,))]
+
+
+def ids_of_turn(conn: Connection, chat_id: str, turn_id: str) -> list[str]:
+    """The ids of the messages one turn wrote."""
+    return [r[0] for r in conn.execute("SELECT id FROM messages WHERE chat_id=? AND turn_id=?",
+                                       (chat_id, turn_id))]
+
+
+def in_order(conn: Connection, chat_id: str, message_ids: Iterable[str]) -> list[str]:
+    """These ids in transcript order; ids of no stored message first, as given."""
+    wanted = list(dict.fromkeys(message_ids))
+    if not wanted:
+        return []
+    marks = ",".join("?" * len(wanted))
+    found = [r[0] for r in conn.execute(f"SELECT id FROM messages WHERE chat_id=? AND id IN ({marks})"
+                                        f" ORDER BY {ORDER}", (chat_id, *wanted))]
+    stored = set(found)
+    return [m for m in wanted if m not in stored] + found
+
+
+def count_by_session(conn: Connection, chat_id: str) -> dict[int, int]:
+    """How many messages each session of a chat holds."""
+    return dict(conn.execute("SELECT session_n, count(*) FROM messages WHERE chat_id=? AND"
+                             " session_n IS NOT NULL GROUP BY session_n", (chat_id,)).fetchall())
+
+
+def count_by_summary(conn: Connection, chat_id: str) -> dict[str | None, int]:
+    """How many messages of a chat each recent summary covers (None: no summary yet)."""
+    return dict(conn.execute("SELECT summary_id, count(*) FROM messages WHERE chat_id=?"
+                             " GROUP BY summary_id", (chat_id,)).fetchall())
+
+
+def reply_speakers(conn: Connection, chat_id: str) -> Iterable[Any]:
+    """(name, speaker_id, session_n) of every reply of a chat, in transcript order (read lazily:
+    a long chat has many)."""
+    return conn.execute("SELECT name, speaker_id, session_n FROM messages WHERE chat_id=? AND"
+                        f" role='assistant' ORDER BY {ORDER}", (chat_id,))
+
+
+def session_speakers(conn: Connection, chat_id: str, n: int) -> list[str]:
+    """The registered speakers of one session of a chat."""
+    return [r[0] for r in conn.execute("SELECT DISTINCT speaker_id FROM messages WHERE chat_id=?"
+                                       " AND session_n=? AND speaker_id IS NOT NULL", (chat_id, n))]
 
 
 def list_page(svc: Services, chat_id: str, *, offset: int = 0, limit: int | None = None,
@@ -287,8 +337,7 @@ def _update(svc: Services, conn: Connection, row: Any, m: Incoming, now: str,
 
 
 def _known_by(conn: Connection, seq: int) -> list[str] | None:
-    row = conn.execute("SELECT known_by FROM docs WHERE kind=? AND ref_id=?", (KIND, str(seq))).fetchone()
-    return None if row is None else loads(row[0])
+    return index.entry_known_by(conn, KIND, str(seq))[1]
 
 
 def delete_rows(conn: Connection, rows: Sequence[Any]) -> int:
@@ -301,3 +350,47 @@ def delete_rows(conn: Connection, rows: Sequence[Any]) -> int:
 def delete_chat(conn: Connection, chat_id: str) -> int:
     """Delete every message of a chat and their index entries (inside a write)."""
     return delete_rows(conn, conn.execute("SELECT seq FROM messages WHERE chat_id=?", (chat_id,)).fetchall())
+
+
+# --- what other concepts mark on a message (inside their writes) ------------------------------
+def set_session(conn: Connection, row: Any, n: int) -> None:
+    """The message belongs to session n of its chat (sessions.py, SW2); its search entry's
+    neighbour group follows."""
+    conn.execute("UPDATE messages SET session_n=? WHERE seq=?", (n, row["seq"]))
+    index.update_meta(conn, KIND, str(row["seq"]), session_key=session_key(row["chat_id"], n))
+
+
+def set_summary(conn: Connection, rows: Sequence[Any], summary_id: str) -> None:
+    """These messages are covered by a recent summary (summaries.py, RV3)."""
+    conn.executemany("UPDATE messages SET summary_id=? WHERE seq=?", [(summary_id, r["seq"]) for r in rows])
+
+
+def unsummarize(conn: Connection, summary_id: str) -> None:
+    """The messages a deleted summary covered are covered by none."""
+    conn.execute("UPDATE messages SET summary_id=NULL WHERE summary_id=?", (summary_id,))
+
+
+def clear_summaries(conn: Connection, chat_id: str) -> None:
+    """No message of the chat is covered by a summary (before a rebuild)."""
+    conn.execute("UPDATE messages SET summary_id=NULL WHERE chat_id=?", (chat_id,))
+
+
+def mark_deep_read(conn: Connection, rows: Sequence[Any], job_id: str) -> None:
+    """A deep-memory run reads these messages (deep_memory.py, RV13)."""
+    conn.executemany("UPDATE messages SET deep_job=? WHERE seq=?", [(job_id, r["seq"]) for r in rows])
+
+
+def release_deep_read(conn: Connection, job_ids: Sequence[str]) -> None:
+    """Messages read by these (rolled-back) deep-memory runs may be read again."""
+    conn.executemany("UPDATE messages SET deep_job=NULL WHERE deep_job=?", [(j,) for j in job_ids])
+
+
+def mark_memories_read(conn: Connection, rows: Sequence[Any], reader: str) -> None:
+    """A character-memory run (a job id, or episodes.SESSION_READ) reads these messages (SW4)."""
+    conn.executemany("UPDATE messages SET memories_job=? WHERE seq=?", [(reader, r["seq"]) for r in rows])
+
+
+def release_memories_read(conn: Connection, chat_id: str, job_ids: Sequence[str]) -> None:
+    """Messages read by these (rolled-back) character-memory runs may be read again."""
+    conn.executemany("UPDATE messages SET memories_job=NULL WHERE chat_id=? AND memories_job=?",
+                     [(chat_id, j) for j in job_ids])

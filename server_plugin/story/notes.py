@@ -3,6 +3,8 @@
 A note is written by a person (`source` user) or proposed by the session-end job (`source` job),
 which may also mark open notes resolved. Priority runs 1–5, 5 the most pressing; the context
 assembler reads the open ones, most pressing first (`open_notes`).
+
+Owns: notes.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ jobs it queued.
 
 `story_summary_parts` is what the context assembler shows as the Story Summary: the latest full
 session summary, the short ones of the sessions before it, then the summary tiers (RV3).
+
+Owns: sessions.
 """
 
 from __future__ import annotations
@@ -56,16 +58,11 @@ def to_dict(row: Any, message_count: int, full: bool = False) -> dict[str, Any]:
     return out
 
 
-def _counts(conn: Connection, chat_id: str) -> dict[int, int]:
-    return dict(conn.execute("SELECT session_n, count(*) FROM messages WHERE chat_id=? AND"
-                             " session_n IS NOT NULL GROUP BY session_n", (chat_id,)).fetchall())
-
-
 def list_sessions(svc: Services, chat_id: str) -> list[dict[str, Any]]:
     """Every session of a chat with its short summary (SW2)."""
     chats.get(svc, chat_id)
     with svc.db.read() as conn:
-        counts = _counts(conn, chat_id)
+        counts = messages.count_by_session(conn, chat_id)
         rows = conn.execute("SELECT * FROM sessions WHERE chat_id=? ORDER BY n", (chat_id,)).fetchall()
         return [to_dict(r, counts.get(r["n"], 0)) for r in rows]
 
@@ -77,7 +74,7 @@ def get(svc: Services, chat_id: str, n: int) -> dict[str, Any]:
         row = conn.execute("SELECT * FROM sessions WHERE chat_id=? AND n=?", (chat_id, n)).fetchone()
         if row is None:
             raise NotFound("session_not_found", f"Chat {chat_id!r} has no session {n}.")
-        return to_dict(row, _counts(conn, chat_id).get(n, 0), full=True)
+        return to_dict(row, messages.count_by_session(conn, chat_id).get(n, 0), full=True)
 
 
 def _open(conn: Connection, chat_id: str) -> Any:
@@ -104,8 +101,7 @@ def place(svc: Services, conn: Connection, chat_id: str, inserted: Sequence[Any]
         if n is None:
             n = _start(svc, conn, chat_id, sent)
             last_at = sent
-        conn.execute("UPDATE messages SET session_n=? WHERE seq=?", (n, row["seq"]))
-        docs.update_meta(conn, messages.KIND, str(row["seq"]), session_key=messages.session_key(chat_id, n))
+        messages.set_session(conn, row, n)
         last_at = max(last_at or sent, sent)
     if n is not None:
         conn.execute("UPDATE sessions SET last_at=?, updated_at=? WHERE chat_id=? AND n=?",
@@ -137,7 +133,7 @@ def end(svc: Services, chat_id: str) -> dict[str, Any] | None:
             return None
         _end(svc, conn, chat_id, current["n"], "call", svc.clock.iso())
         row = conn.execute("SELECT * FROM sessions WHERE chat_id=? AND n=?", (chat_id, current["n"])).fetchone()
-        return to_dict(row, _counts(conn, chat_id).get(current["n"], 0))
+        return to_dict(row, messages.count_by_session(conn, chat_id).get(current["n"], 0))
 
 
 def resummarize(svc: Services, chat_id: str, n: int) -> dict[str, Any]:
@@ -181,10 +177,7 @@ def _fit(svc: Services, conn: Connection, rows: Sequence[Any]) -> tuple[list[Sum
     limit = svc.settings.prompt_message_max_tokens
     if sum(min(r["tokens"], limit) for r in rows) <= budget:
         return [], list(rows)
-    ids = sorted({r["summary_id"] for r in rows if r["summary_id"]})
-    marks = ",".join("?" * len(ids))
-    found = conn.execute(f"SELECT * FROM summaries WHERE id IN ({marks}) AND text IS NOT NULL"
-                         f" ORDER BY {summaries.ORDER}", ids).fetchall() if ids else []
+    found = summaries.written(conn, sorted({r["summary_id"] for r in rows if r["summary_id"]}))
     earlier = [SummaryInput(s["id"], s["text"], tuple(Quote(**q) for q in loads(s["quotes"]) or []))
                for s in found]
     covered = {s["id"] for s in found}
@@ -223,8 +216,7 @@ def _index(conn: Connection, chat_id: str, n: int, row: Any, prepared: docs.Prep
            result: SessionSummary) -> None:
     """Known by the session's witnesses — the chat's members and whoever spoke in it (SW9b);
     it cites the messages it quotes (the whole session is GET …/sessions/{n})."""
-    speakers = [r[0] for r in conn.execute("SELECT DISTINCT speaker_id FROM messages WHERE chat_id=?"
-                                           " AND session_n=? AND speaker_id IS NOT NULL", (chat_id, n))]
+    speakers = messages.session_speakers(conn, chat_id, n)
     docs.put(conn, KIND, search_ref(chat_id, n), prepared, created_at=row["last_at"], chat_id=chat_id,
               known_by=[*chats.members(conn, chat_id), *speakers],
               source_message_ids=[q.message_id for q in result.quotes])

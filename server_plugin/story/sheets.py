@@ -34,7 +34,7 @@ from ..jobs.tasks.base import CharacterRef
 from ..jobs.tasks.sheets import Newcomer, SheetInput, sheet_updates
 from ..retrieval.visibility import knows_secret
 from ..services import Services
-from ..store.db import Connection, loads
+from ..store.db import Connection
 from . import characters, chats, extraction, messages
 
 if TYPE_CHECKING:
@@ -91,10 +91,10 @@ def character_id_for(name: str) -> str:
 def _known_names(conn: Connection) -> tuple[set[str], set[str]]:
     """Ids and case-folded names and aliases of the whole cast."""
     ids, names = set(), set()
-    for row in conn.execute("SELECT id, name, aliases FROM characters"):
-        ids.add(row["id"])
-        names.add(row["name"].casefold())
-        names.update(a.casefold() for a in loads(row["aliases"]))
+    for character_id, name, aliases in characters.names(conn):
+        ids.add(character_id)
+        names.add(name.casefold())
+        names.update(a.casefold() for a in aliases)
     return ids, names
 
 
@@ -114,8 +114,7 @@ def new_speakers(conn: Connection, chat_id: str, n: int, min_lines: int) -> dict
     with their messages; only those with at least `min_lines` messages."""
     ids, names = _known_names(conn)
     spoken: dict[str, list[Any]] = {}
-    for row in conn.execute("SELECT * FROM messages WHERE chat_id=? AND session_n=? AND"
-                            " role='assistant' ORDER BY position, seq", (chat_id, n)):
+    for row in messages.ordered(conn, chat_id, "session_n=? AND role='assistant'", [n]):
         name = " ".join((row["name"] or "").split())
         if not name or name.casefold() in names or (row["speaker_id"] or "") in ids:
             continue
@@ -131,8 +130,7 @@ def _queue_drafts(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
 def _apply_drafts(svc: Services, conn: Connection, job: queue.Job, result: Any, prepared: Any) -> dict[str, Any]:
     """Draft a minimal sheet for each new speaker of the ended session."""
     n = int(job.target["n"])
-    chat = conn.execute("SELECT title FROM chats WHERE id=?", (job.chat_id,)).fetchone()
-    where = chat["title"] if chat is not None and chat["title"] else job.chat_id
+    where = chats.title(conn, job.chat_id) or job.chat_id
     drafted = []
     speakers = new_speakers(conn, job.chat_id, n, svc.settings.sheet_draft_min_lines)
     for name, rows in speakers.items():
@@ -168,10 +166,10 @@ def _known(conn: Connection) -> tuple[set[str], dict[str, str]]:
     """Every character id, and case-folded names and aliases to an id (first one wins)."""
     ids: set[str] = set()
     names: dict[str, str] = {}
-    for row in conn.execute("SELECT id, name, aliases FROM characters ORDER BY created_at, id"):
-        ids.add(row["id"])
-        for name in [row["name"], *loads(row["aliases"])]:
-            names.setdefault(" ".join(name.split()).casefold(), row["id"])
+    for character_id, name, aliases in characters.names(conn):
+        ids.add(character_id)
+        for each in [name, *aliases]:
+            names.setdefault(" ".join(each.split()).casefold(), character_id)
     return ids, names
 
 
@@ -180,8 +178,7 @@ def newcomers(svc: Services, conn: Connection, chat_id: str, n: int) -> list[New
     in `sheet_newcomer_min_sessions` sessions of the chat or `sheet_newcomer_min_lines` messages."""
     ids, names = _known(conn)
     seen: dict[str, dict[str, Any]] = {}
-    for row in conn.execute("SELECT name, speaker_id, session_n FROM messages WHERE chat_id=? AND"
-                            " role='assistant' ORDER BY position, seq", (chat_id,)):
+    for row in messages.reply_speakers(conn, chat_id):
         name = _speaker(row)
         if not name or name.casefold() in names or (row["speaker_id"] or "") in ids:
             continue

@@ -12,6 +12,8 @@ A person may edit a summary (`edited`): the edit is never overwritten by a job, 
 the texts as they are when it runs, so an edit is carried into the tiers above. An edited or
 deleted message marks the summary covering it `stale` and queues it again; a changed text makes
 the summary above it stale and queues that merge again.
+
+Owns: summaries.
 """
 
 from __future__ import annotations
@@ -44,20 +46,8 @@ ORDER = "pos_position, pos_seq, created_at"
 # --- the live window (RV2) -------------------------------------------------------------------
 def context_tokens_of(svc: Services, conn: Connection, chat_id: str) -> int:
     """The context size the chat was last assembled for, or the configured default."""
-    row = conn.execute("SELECT context_tokens FROM chats WHERE id=?", (chat_id,)).fetchone()
-    value = row[0] if row is not None else None
+    value = chats.context_tokens(conn, chat_id)
     return int(value) if value else svc.settings.default_context_tokens
-
-
-def remember_context_tokens(svc: Services, chat_id: str, context_tokens: int) -> bool:
-    """Record the context size a chat was just assembled for (RV2: the compaction after the turn
-    then uses the same window the prompt did). Writes only when it changed; True if it did."""
-    row = svc.db.reader().execute("SELECT context_tokens FROM chats WHERE id=?", (chat_id,)).fetchone()
-    if row is None or row[0] == context_tokens:
-        return False
-    with svc.db.write() as conn:
-        return conn.execute("UPDATE chats SET context_tokens=? WHERE id=?",
-                            (int(context_tokens), chat_id)).rowcount > 0
 
 
 def window_rows(svc: Services, conn: Connection, chat_id: str,
@@ -128,10 +118,22 @@ def visible(conn: Connection, chat_id: str) -> dict[str, list[Any]]:
 
 
 def unsummarized_count(conn: Connection, chat_id: str) -> int:
-    """Messages not yet covered by a finished recent summary (the panel shows it, RV3)."""
-    return conn.execute(
-        "SELECT count(*) FROM messages m LEFT JOIN summaries s ON s.id = m.summary_id"
-        " WHERE m.chat_id=? AND (m.summary_id IS NULL OR s.text IS NULL)", (chat_id,)).fetchone()[0]
+    """Messages not yet covered by a finished recent summary (the panel shows it, RV3): those
+    with no summary, or whose summary has no text yet (or is gone)."""
+    by_summary = messages.count_by_summary(conn, chat_id)
+    done = {r[0] for r in conn.execute(
+        "SELECT id FROM summaries WHERE text IS NOT NULL AND id IN (SELECT value FROM json_each(?))",
+        (dumps([s for s in by_summary if s is not None]),))}
+    return sum(n for summary_id, n in by_summary.items() if summary_id not in done)
+
+
+def written(conn: Connection, summary_ids: Sequence[str]) -> list[Any]:
+    """The summaries among these that have a text, in order."""
+    if not summary_ids:
+        return []
+    marks = ",".join("?" * len(summary_ids))
+    return conn.execute(f"SELECT * FROM summaries WHERE id IN ({marks}) AND text IS NOT NULL"
+                        f" ORDER BY {ORDER}", list(summary_ids)).fetchall()
 
 
 def listing(svc: Services, chat_id: str) -> dict[str, Any]:
@@ -170,8 +172,7 @@ def compact(svc: Services, conn: Connection, chat_id: str, turn_id: str | None) 
         chunk = waiting[start:start + size]
         summary_id = _insert(svc, conn, chat_id, "recent", [r["id"] for r in chunk],
                              (chunk[0]["position"], chunk[0]["seq"]), turn_id)
-        conn.executemany("UPDATE messages SET summary_id=? WHERE seq=?",
-                         [(summary_id, r["seq"]) for r in chunk])
+        messages.set_summary(conn, chunk, summary_id)
         queue.enqueue(svc, CHUNK, chat_id=chat_id, turn_id=turn_id, ref=summary_id,
                      target={"summary_id": summary_id})
         queued += 1
@@ -325,7 +326,7 @@ def rebuild(svc: Services, chat_id: str) -> dict[str, Any]:
     with svc.db.write() as conn:
         queue.cancel(conn, chat_id, [CHUNK, MERGE])
         dropped = conn.execute("DELETE FROM summaries WHERE chat_id=?", (chat_id,)).rowcount
-        conn.execute("UPDATE messages SET summary_id=NULL WHERE chat_id=?", (chat_id,))
+        messages.clear_summaries(conn, chat_id)
         queued = compact(svc, conn, chat_id, None)
     return {"chat_id": chat_id, "dropped": dropped, "jobs_enqueued": queued}
 
@@ -336,7 +337,7 @@ def _delete(svc: Services, conn: Connection, row: Any) -> int:
     summary above it loses it (and goes too if it covered nothing else). Returns rows deleted."""
     conn.execute("DELETE FROM summaries WHERE id=?", (row["id"],))
     queue.cancel(conn, row["chat_id"], [CHUNK, MERGE], row["id"])
-    conn.execute("UPDATE messages SET summary_id=NULL WHERE summary_id=?", (row["id"],))
+    messages.unsummarize(conn, row["id"])
     conn.execute("UPDATE summaries SET parent_id=NULL WHERE parent_id=?", (row["id"],))
     deleted = 1
     parent = _fetch(conn, row["parent_id"]) if row["parent_id"] else None

@@ -8,6 +8,8 @@ is recorded only when its evidence is verbatim in that message (SW8), its teller
 and a listener present did not know it yet; the listeners are then added to the item's known_by
 and its source messages' (`visibility.tell`). Editing or deleting the evidence message, rolling
 back its turn, or deleting its chat undoes the event (`visibility.untell`).
+
+Owns: told_events.
 """
 
 from __future__ import annotations
@@ -132,9 +134,17 @@ def _apply_told(svc: Services, conn: Connection, job: queue.Job, result: Extract
 
 
 # --- undoing (SW9b, RV10) ----------------------------------------------------------------------
+def _undo(svc: Services, conn: Connection, told_ids: Sequence[str]) -> None:
+    """Take back what these events granted (visibility.untell), then delete them."""
+    visibility.untell(svc, conn, told_ids)
+    ids = list(dict.fromkeys(told_ids))
+    if ids:
+        conn.execute(f"DELETE FROM told_events WHERE id IN ({','.join('?' * len(ids))})", ids)
+
+
 def _untell(svc: Services, conn: Connection, where: str, args: Sequence[Any]) -> int:
     told = [r[0] for r in conn.execute(f"SELECT id FROM told_events WHERE {where}", args)]
-    visibility.untell(svc, conn, told)
+    _undo(svc, conn, told)
     return len(told)
 
 
@@ -159,8 +169,8 @@ def recheck_evidence(svc: Services, conn: Connection, chat_id: str, texts: dict[
     marks = ",".join("?" * len(texts))
     told = conn.execute(f"SELECT id, evidence FROM told_events WHERE chat_id=? AND message_id IN ({marks})",
                         (chat_id, *texts)).fetchall()
-    visibility.untell(svc, conn, [t["id"] for t in told
-                                  if not verify_quotes([Quote(**loads(t["evidence"]))], texts).kept])
+    _undo(svc, conn, [t["id"] for t in told
+                      if not verify_quotes([Quote(**loads(t["evidence"]))], texts).kept])
 
 
 def register(jobs: JobKinds, hooks: Hooks) -> None:
