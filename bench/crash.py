@@ -1,6 +1,6 @@
 """Long crash run: SIGKILL the sidecar many times while clients write, then count what was lost.
 
-The same harness as tests/test_crash.py (tests/harness/crash.py), with more kills and workers.
+The same harness as tests/test_crash.py (tests/helpers/crash.py), with more kills and workers.
 Prints the kills, the acknowledged writes by operation, the writes cut in flight (and how many of
 them turned out applied), every problem found (the goal: none) and the time taken.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.harness.crash import run_crash_cycles  # noqa: E402
+from tests.helpers.crash import run_crash_cycles  # noqa: E402
 
 
 def main() -> int:

@@ -1,7 +1,7 @@
 """The extension's extra time per generation, measured in the browser (issue 6: p95 <= 100 ms).
 
 Real SillyTavern + Chromium + the real sidecar + the fake model, exactly as the E2E tests run them
-(tests/e2e/st.py, sidecar.py). A character chat gets N generations (user message + reply); for
+(tests/helpers/sillytavern.py, sidecar.py). A character chat gets N generations (user message + reply); for
 each, the page records:
 - `interceptor`: the time SillyTavern waited on our generate interceptor (sync wait, POST
   /v1/context, trimming, injection) — the extension's own number (window.chronicler.stats.timings);
@@ -33,8 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.sidecar import Sidecar  # noqa: E402
-from tests.e2e.st import (  # noqa: E402
+from tests.helpers.fakellm import FakeLLM  # noqa: E402
+from tests.helpers.sidecar import Sidecar  # noqa: E402
+from tests.helpers.sillytavern import (  # noqa: E402
     CHROMIUM,
     CHROMIUM_ARGS,
     SillyTavernServer,
@@ -43,7 +44,6 @@ from tests.e2e.st import (  # noqa: E402
     ensure_sillytavern,
     prepare_data_root,
 )
-from tests.fakellm import FakeLLM  # noqa: E402
 
 TURN_PROBE = """() => {
     const ctx = SillyTavern.getContext();

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests import stchat  # noqa: E402
+from tests.helpers import stchat  # noqa: E402
 
 CHAT_ID = "Ayla - 2026-11-29@16h52m03s"
 

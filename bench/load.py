@@ -33,7 +33,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.harness.client import Client, Dead, q  # noqa: E402
+from tests.helpers.client import Client, Dead, q  # noqa: E402
 
 CAST = [f"load-hero-{i}.png" for i in range(5)]
 CHAT = "Load test - 2026-11-29@16h52m03s"
@@ -247,7 +247,7 @@ def main() -> int:
     if args.url:
         url, token = args.url, args.token or ""
     else:
-        from tests.harness.process import SidecarProcess
+        from tests.helpers.process import SidecarProcess
 
         side = SidecarProcess.create(Path(tempfile.mkdtemp(prefix="chronicler-load-")) / "data")
         side.start()

@@ -18,9 +18,9 @@ import pytest
 
 from server_plugin.cli import lock_data_dir, main
 from server_plugin.sillytavern import chat_file as backfill
-from tests import stchat
-from tests.harness.ledger import open_db, store_problems
-from tests.harness.process import SidecarProcess
+from tests.helpers import stchat
+from tests.helpers.ledger import open_db, store_problems
+from tests.helpers.process import SidecarProcess
 
 CHAT_ID = "Ayla - 2026-11-29@16h52m03s"
 

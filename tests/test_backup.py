@@ -15,10 +15,10 @@ import pytest
 from server_plugin.cli import main
 from server_plugin.settings import defaults
 from server_plugin.store.backup import BackupError, backup_database, default_backup_path
-from tests.harness.client import Client
-from tests.harness.ledger import open_db, store_problems
-from tests.harness.process import SidecarProcess
-from tests.harness.workload import Worker, snapshot
+from tests.helpers.client import Client
+from tests.helpers.ledger import open_db, store_problems
+from tests.helpers.process import SidecarProcess
+from tests.helpers.workload import Worker, snapshot
 
 
 def _memory(api, text: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import expect_error, expect_ok
+from tests.helpers.api import expect_error, expect_ok
 
 SHEET = {"personality": "Brave.", "secrets": [{"text": "Stole the crown.", "known_by": ["ayla.png"]}]}
 

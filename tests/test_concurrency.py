@@ -19,10 +19,10 @@ from typing import Iterator
 
 import pytest
 
-from tests.harness.client import Client, q
-from tests.harness.ledger import copy_store, store_problems
-from tests.harness.process import BUSY_JOBS, SidecarProcess
-from tests.harness.workload import Worker, reconcile
+from tests.helpers.client import Client, q
+from tests.helpers.ledger import copy_store, store_problems
+from tests.helpers.process import BUSY_JOBS, SidecarProcess
+from tests.helpers.workload import Worker, reconcile
 
 SECONDS = float(os.environ.get("CONCURRENCY_SECONDS", "4"))
 MIN_WRITES = 10   # acknowledged writes each caller must get through (the run is extended up to 60 s)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import expect_error, expect_ok
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from server_plugin.core.tokens import get_counter
 from server_plugin.core.triggers import ScanWindow, TriggerIndex
+from tests.helpers import world
+from tests.helpers.api import expect_error, expect_ok
 
 C = get_counter()
 
@@ -41,12 +42,13 @@ def block(out, name):
 
 
 def character(api, cid, name, aliases=(), **sheet):
-    body = {"name": name, "aliases": list(aliases), "sheet": sheet or {"personality": f"{name}'s way."}}
-    expect_ok(api.put(f"/v1/characters/{cid}", json=body), 201)
+    """A new character; its sheet is the given fields, or one line of personality."""
+    world.character(api, cid, name, aliases=list(aliases), sheet=sheet or {"personality": f"{name}'s way."},
+                    status=201)
 
 
 def chat(api, chat_id="c1", members=(), **extra):
-    expect_ok(api.put(f"/v1/chats/{chat_id}", json={"member_ids": list(members), **extra}), 201)
+    world.chat(api, chat_id, members, status=201, **extra)
 
 
 def card(api, title, triggers, text=None, **extra):
@@ -417,7 +419,7 @@ def test_qs7_history_is_the_live_window_newest_first(api):
 def test_sw2_sw3_story_summary_and_open_notes_reach_the_context(api, services):
     """rules SW2/SW3: after a session ends (extractive jobs run), its summary is the story summary;
     the chat's open notes are campaign notes, most pressing first; resolved ones stay out."""
-    from chatkit import drain, setup_chat, turns
+    from tests.helpers.conversation import drain, setup_chat, turns
 
     setup_chat(api)
     turns(api, 0, 6)
@@ -442,9 +444,8 @@ def test_sw2_story_summary_is_read_again_whenever_a_summary_changes(api, service
     """rule SW2: the Story Summary is kept between turns only while its tables are unchanged:
     any writer's change to a session's summary (here a direct SQL fix) or to the summaries reaches
     the next context; a session's last-message time (moved by every message) does not count."""
-    from chatkit import drain, setup_chat, turns
-
     from server_plugin.store import changes
+    from tests.helpers.conversation import drain, setup_chat, turns
 
     setup_chat(api)
     turns(api, 0, 6)

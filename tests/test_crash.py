@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakellm import FakeLLM
-from tests.harness.client import q
-from tests.harness.crash import run_crash_cycles
-from tests.harness.ledger import copy_store, store_problems
-from tests.harness.process import SidecarProcess
+from tests.helpers.client import q
+from tests.helpers.crash import run_crash_cycles
+from tests.helpers.fakellm import FakeLLM
+from tests.helpers.ledger import copy_store, store_problems
+from tests.helpers.process import SidecarProcess
 
 KILLS = int(os.environ.get("CRASH_KILLS", "20"))
 SEED = int(os.environ["CRASH_SEED"]) if os.environ.get("CRASH_SEED") else None

@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 
 import pytest
-from conftest import expect_error
 
 from server_plugin.app import open_store
 from server_plugin.retrieval import docs as index
 from server_plugin.settings import defaults
 from server_plugin.store import migrations
 from server_plugin.store.db import sqlite3
+from tests.helpers.api import expect_error
 
 
 def test_sqlite_module_can_load_extensions_and_has_vec_and_fts5(tmp_path):

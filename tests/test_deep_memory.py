@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from server_plugin.jobs import queue
-from tests.chatkit import drain, job_rows, post, setup_chat, turn_messages
-from tests.conftest import expect_ok
+from tests.helpers.api import expect_ok
+from tests.helpers.conversation import drain, job_rows, post, setup_chat, turn_messages
 
 FACTS = [
     "My birthday is on March 3.",

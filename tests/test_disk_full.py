@@ -16,9 +16,9 @@ from typing import Iterator
 
 import pytest
 
-from tests.harness.client import Client
-from tests.harness.ledger import copy_store, store_problems
-from tests.harness.process import SidecarProcess
+from tests.helpers.client import Client
+from tests.helpers.ledger import copy_store, store_problems
+from tests.helpers.process import SidecarProcess
 
 SIZE = "6m"   # the first memory allocates sqlite-vec's first vector chunk (1024 x 384 floats, 1.5 MB)
 

@@ -20,7 +20,8 @@ from typing import Any, Iterator
 from urllib.parse import quote
 
 import pytest
-from conftest import TOKEN, assert_schema
+
+from tests.helpers.api import TOKEN, assert_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES_MD = ROOT / "docs" / "rules.md"

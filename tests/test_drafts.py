@@ -7,9 +7,9 @@ import json
 from typing import Any, Iterator
 
 import pytest
-from conftest import expect_error, expect_ok
 
-from tests.fakellm import FakeLLM
+from tests.helpers.api import expect_error, expect_ok
+from tests.helpers.fakellm import FakeLLM
 
 AYLA = "ayla.png"
 

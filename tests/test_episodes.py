@@ -10,15 +10,14 @@ import json
 import pytest
 
 from server_plugin.jobs import worker
-from tests.chatkit import drain, job_rows, turn_messages, turns
-from tests.conftest import expect_error, expect_ok
-from tests.episodekit import (  # noqa: F401  (a fixture)
+from tests.helpers.api import expect_error, expect_ok
+from tests.helpers.conversation import drain, job_rows, turn_messages, turns
+from tests.helpers.episodes import (
     QUIET,
     Labels,
     chat,
     end_session,
     episodes,
-    fake,
     index_count,
     index_entry,
     line,

@@ -40,7 +40,7 @@ from server_plugin.jobs.tasks.summaries import (
     summarize_session,
 )
 from server_plugin.jobs.tasks.told import SecretInput, ToldEvent, extract_told, told_events
-from tests.taskkit import DEFAULTS, limits
+from tests.helpers.tasks import DEFAULTS, limits
 
 SAM = CharacterRef("persona-sam", "Sam", is_player=True)
 YUKI = CharacterRef("yuki.png", "Yuki")

@@ -7,7 +7,7 @@ import json
 
 import requests
 
-from tests.fakellm import FakeLLM
+from tests.helpers.fakellm import FakeLLM
 
 TOOLS = [{"type": "function", "function": {"name": "remember", "parameters": {"type": "object"}}}]
 

@@ -33,8 +33,8 @@ from server_plugin import api
 from server_plugin.app import build_services, create_app
 from server_plugin.retrieval import live_index
 from server_plugin.settings import load_settings
-from tests.conftest import TOKEN, assert_schema
-from tests.harness.schema_strategies import ANY_JSON, Generator
+from tests.helpers.api import TOKEN, assert_schema
+from tests.helpers.schema_strategies import ANY_JSON, Generator
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "30"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not os.environ.get("FUZZ_EXAMPLES"),
@@ -299,7 +299,7 @@ def test_raw_bodies_no_parser_should_accept_are_refused(raw: bytes, fuzz_app) ->
 # --- over a real socket: what the HTTP server itself does with hostile paths -------------------
 @pytest.fixture(scope="module")
 def real_sidecar(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from tests.harness.process import SidecarProcess
+    from tests.helpers.process import SidecarProcess
 
     side = SidecarProcess.create(tmp_path_factory.mktemp("fuzz-real") / "data")
     side.start()

@@ -1,5 +1,5 @@
 """The job queue: retries with backoff, Retry-After, timeouts, leases and reclaim, restart with
-pending jobs, the worker thread, and the three LLM modes — openai (against tests/fakellm.py over
+pending jobs, the worker thread, and the three LLM modes — openai (against tests/helpers/fakellm.py over
 HTTP), client (claim/complete by the extension), extractive (no model). Rules RV3, RV13, RV15, SW2."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from server_plugin.app import build_services, create_app
 from server_plugin.clock import parse_iso
 from server_plugin.jobs import queue as jobs
 from server_plugin.jobs import worker
-from tests.chatkit import drain, job_rows, post, setup_chat, summaries, turn_messages, turns
-from tests.conftest import Api, expect_error, expect_ok
-from tests.fakellm import FakeLLM
+from tests.helpers.api import Api, expect_error, expect_ok
+from tests.helpers.conversation import drain, job_rows, post, setup_chat, summaries, turn_messages, turns
+from tests.helpers.fakellm import FakeLLM
 
 SMALL = {"live_window_max_messages": 4, "summary_chunk_messages": 2,
          "deep_memory_min_new_messages": 10_000}

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible backend over real HTTP (tests/fakellm.py), and run_prompt (issue 3: LLM
+"""The OpenAI-compatible backend over real HTTP (tests/helpers/fakellm.py), and run_prompt (issue 3: LLM
 modes, retries with backoff, timeouts; rule RV13: replies never wait, so failures must be clear)."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
-from fakellm import FakeLLM
 
 from server_plugin.jobs import llm
 from server_plugin.jobs.llm import (
@@ -30,7 +29,8 @@ from server_plugin.jobs.tasks.base import ChatMessage, Prompt, PromptParseError
 from server_plugin.jobs.tasks.registry import TASKS, fallback, parse
 from server_plugin.jobs.tasks.summaries import Summary, chunk_summary
 from server_plugin.settings import load_settings
-from tests.taskkit import DEFAULTS, limits
+from tests.helpers.fakellm import FakeLLM
+from tests.helpers.tasks import DEFAULTS, limits
 
 KEY = "sk-test-SECRET-0123456789"
 MESSAGES = [{"role": "user", "content": "Hello"}]

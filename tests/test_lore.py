@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import copy
 
-from conftest import expect_error, expect_ok
-
 from server_plugin.retrieval import docs as index
+from tests.helpers.api import expect_error, expect_ok
 
 
 def make(api, **fields):

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 
 import pytest
-from conftest import T0, TOKEN, expect_error, expect_ok
 
 from server_plugin.clock import to_iso
 from server_plugin.story.memories import spread_evenly
-
+from tests.helpers import world
+from tests.helpers.api import T0, TOKEN, expect_error, expect_ok
+from tests.helpers.world import chat
 
 # --- helpers ---------------------------------------------------------------------------------
-def character(api, cid: str, name: str | None = None, **extra) -> dict:
-    return expect_ok(api.put(f"/v1/characters/{cid}", json={"name": name or cid, **extra}), 201)["character"]
-
-
-def chat(api, chat_id: str, members: list[str], **extra) -> dict:
-    response = api.put(f"/v1/chats/{chat_id}", json={"member_ids": members, **extra})
-    assert response.status_code in (200, 201)
-    return response.get_json()["chat"]
+character = partial(world.character, status=201)  # every character here is a new one
 
 
 def remember(api, text: str, scope: str = "global", character_id: str | None = None,

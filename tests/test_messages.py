@@ -9,7 +9,8 @@ import pytest
 
 from server_plugin.retrieval import docs as index
 from server_plugin.store.db import loads
-from tests.conftest import expect_error, expect_ok
+from tests.helpers.api import expect_error, expect_ok
+from tests.helpers.world import chat
 
 CHAT = "Ayla - 2026-03-01@12h00m00s"
 CHAT_PATH = "/v1/chats/Ayla%20-%202026-03-01@12h00m00s"
@@ -22,9 +23,7 @@ def msg(i: int, role: str = "user", text: str | None = None, **extra: Any) -> di
 
 
 def register(api, chat_id: str = CHAT, members: list[str] | None = None, **extra: Any) -> None:
-    path = "/v1/chats/" + chat_id.replace(" ", "%20")
-    response = api.put(path, json={"member_ids": members or ["ayla.png", "player"], **extra})
-    assert response.status_code in (200, 201), response.get_json()
+    chat(api, chat_id, members or ["ayla.png", "player"], **extra)
 
 
 def post(api, messages: list[dict], path: str = CHAT_PATH, status: int = 200) -> dict:

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from server_plugin.story import notes
-from tests.chatkit import setup_chat, turns
-from tests.conftest import expect_error, expect_ok
+from tests.helpers.api import expect_error, expect_ok
+from tests.helpers.conversation import setup_chat, turns
 
 
 def create(api, text, chat_id="c1", **extra):

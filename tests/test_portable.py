@@ -23,9 +23,9 @@ from server_plugin.clock import FakeClock
 from server_plugin.jobs import queue, worker
 from server_plugin.settings import load_settings
 from server_plugin.store import portable
-from tests import chatkit
-from tests.conftest import T0, TOKEN, Api, expect_error, expect_ok
-from tests.harness.ledger import store_problems
+from tests.helpers import conversation
+from tests.helpers.api import T0, TOKEN, Api, expect_error, expect_ok
+from tests.helpers.ledger import store_problems
 
 
 # --- a store with something of everything ------------------------------------------------------
@@ -39,15 +39,15 @@ def fill_store(api: Api, services: Any) -> None:
                   "secrets": [{"text": "she sank the ship", "known_by": ["ayla.png"]}]}}), 201)
     expect_ok(api.put("/v1/characters/kai.png", json={"name": "Kai", "is_player": True}), 201)
     expect_ok(api.put("/v1/characters/brom.png", json={"name": "Brom", "learn_from_chat": False}), 201)
-    chatkit.setup_chat(api, "Seraphina - 2026-11-29@16h52m03s", ("ayla.png", "brom.png"),
+    conversation.setup_chat(api, "Seraphina - 2026-11-29@16h52m03s", ("ayla.png", "brom.png"),
                        characters=False, title="The harbour")
-    chatkit.setup_chat(api, "solo", ("ayla.png",), characters=False)
+    conversation.setup_chat(api, "solo", ("ayla.png",), characters=False)
     group = "Seraphina - 2026-11-29@16h52m03s"
-    chatkit.turns(api, 0, 30, chat_id=group)
-    chatkit.drain(services)  # summaries, deep memory: done jobs with results
-    chatkit.turns(api, 30, 34, chat_id=group)
-    chatkit.post(api, chatkit.turn_messages(40, minutes=60 * 8), chat_id=group)  # a gap: session 2
-    chatkit.turns(api, 0, 3, chat_id="solo")  # its jobs stay pending
+    conversation.turns(api, 0, 30, chat_id=group)
+    conversation.drain(services)  # summaries, deep memory: done jobs with results
+    conversation.turns(api, 30, 34, chat_id=group)
+    conversation.post(api, conversation.turn_messages(40, minutes=60 * 8), chat_id=group)  # a gap: session 2
+    conversation.turns(api, 0, 3, chat_id="solo")  # its jobs stay pending
     for i in range(4):
         expect_ok(api.post("/v1/memories", json={"text": f"Kai owes Brom {i + 1} silver.",
                                                  "scope": "character", "character_id": "brom.png",
@@ -352,7 +352,7 @@ def test_sigkill_during_an_import_leaves_the_old_store_or_the_new_one(tmp_path):
 
     import requests
 
-    from tests.harness.process import SidecarProcess
+    from tests.helpers.process import SidecarProcess
 
     side = SidecarProcess.create(tmp_path / "data")
     side.start()

@@ -96,7 +96,7 @@ def test_the_worker_and_background_embedding_step_aside_before_each_step(service
 def test_a_model_job_steps_aside_around_its_model_run(api, services, monkeypatch):
     """Between a job's prompt, its model (or extractive) run and the storing of its result, the
     worker lets the requests in flight go first."""
-    from chatkit import setup_chat, turns
+    from tests.helpers.conversation import setup_chat, turns
 
     setup_chat(api)
     turns(api, 0, 4)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from fakellm import GARBAGE
 
 from server_plugin.core.quotes import Quote
 from server_plugin.jobs.tasks.base import (
@@ -43,7 +42,8 @@ from server_plugin.jobs.tasks.summaries import (
     session_summary,
 )
 from server_plugin.jobs.tasks.told import SecretInput, ToldEvent, told_events
-from tests.taskkit import DEFAULTS, limits
+from tests.helpers.fakellm import GARBAGE
+from tests.helpers.tasks import DEFAULTS, limits
 
 SAM = CharacterRef("persona-sam", "Sam", is_player=True)
 AYLA = CharacterRef("ayla.png", "Ayla", aliases=("Ay",))

@@ -15,7 +15,8 @@ from server_plugin.retrieval import docs as index
 from server_plugin.retrieval import live_index, ranking, search
 from server_plugin.settings import SEARCH, defaults, load_settings
 from server_plugin.store import migrations
-from tests.conftest import expect_error, expect_ok
+from tests.helpers.api import expect_error, expect_ok
+from tests.helpers.world import character, chat
 
 A, B, C = "ayla", "bren", "cato"
 
@@ -32,11 +33,7 @@ def quiet(api, services):
 
 def setup_cast(api) -> None:
     for cid, name in ((A, "Ayla"), (B, "Bren"), (C, "Cato"), ("kai", "Kai")):
-        assert api.put(f"/v1/characters/{cid}", json={"name": name}).status_code in (200, 201)
-
-
-def chat(api, chat_id: str, members: list[str]) -> None:
-    assert api.put(f"/v1/chats/{chat_id}", json={"member_ids": members}).status_code in (200, 201)
+        character(api, cid, name)
 
 
 def say(api, chat_id: str, messages: list[tuple[str, str, str]], **extra: Any) -> None:

@@ -10,16 +10,15 @@ import pytest
 
 from server_plugin.retrieval import visibility
 from server_plugin.retrieval.visibility import ItemRef
-from tests.chatkit import drain
-from tests.conftest import expect_ok
-from tests.episodekit import (  # noqa: F401  (a fixture)
+from tests.helpers.api import expect_ok
+from tests.helpers.conversation import drain
+from tests.helpers.episodes import (
     QUIET,
     Answers,
     Labels,
     chat,
     end_session,
     episodes,
-    fake,
     index_entry,
     line,
     message_seq,

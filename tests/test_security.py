@@ -7,10 +7,10 @@ import os
 import stat
 
 import pytest
-from conftest import ST_ORIGIN, TOKEN, expect_error, expect_ok
 
 from server_plugin.api.security import json_depth, split_host, token_matches
 from server_plugin.settings import ensure_token, load_settings
+from tests.helpers.api import ST_ORIGIN, TOKEN, expect_error, expect_ok
 
 MEMORY = {"text": "hello", "scope": "global", "actor": "user"}
 

@@ -9,8 +9,8 @@ import pytest
 
 from server_plugin.jobs import queue as jobs
 from server_plugin.story import sessions
-from tests.chatkit import drain, job_rows, post, setup_chat, turn_messages, turns
-from tests.conftest import expect_error, expect_ok
+from tests.helpers.api import expect_error, expect_ok
+from tests.helpers.conversation import drain, job_rows, post, setup_chat, turn_messages, turns
 
 SMALL = {"live_window_max_messages": 4, "summary_chunk_messages": 2,
          "deep_memory_min_new_messages": 10_000}

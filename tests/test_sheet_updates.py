@@ -13,10 +13,10 @@ from server_plugin.jobs import queue as jobs
 from server_plugin.jobs.tasks import registry
 from server_plugin.jobs.tasks.base import CharacterRef, ChatMessage, Prompt, PromptParseError
 from server_plugin.jobs.tasks.sheets import Newcomer, SheetDraft, SheetInput, SheetProposals, sheet_updates
-from tests.chatkit import drain, iso, job_rows
-from tests.conftest import expect_ok
-from tests.episodekit import QUIET, Labels, chat, end_session, fake, line, post_lines, register_cast  # noqa: F401  (a fixture)
-from tests.taskkit import limits
+from tests.helpers.api import expect_ok
+from tests.helpers.conversation import drain, iso, job_rows
+from tests.helpers.episodes import QUIET, Labels, chat, end_session, line, post_lines, register_cast
+from tests.helpers.tasks import limits
 
 MESSAGES = [ChatMessage("a1", "Old Tom", "*The old boatman spits.* \"Forty years I've mended nets here.\"",
                         role="assistant"),
@@ -119,7 +119,7 @@ def cast_with_sheets(api, members=("ayla.png", "bren.png")) -> None:
     chat(api, "c1", *members)
 
 
-def character(api, character_id: str) -> dict:
+def fetch_character(api, character_id: str) -> dict:
     return expect_ok(api.get(f"/v1/characters/{character_id}"), 200, "character.response")["character"]
 
 
@@ -160,7 +160,7 @@ def test_sw1_session_end_with_a_model_updates_a_learning_characters_sheet(with_m
     [row] = job_rows(services, kind="sheet_updates")
     assert row["state"] == "pending" and json.loads(row["payload"])["target"] == {"n": 1}
     drain(services)
-    ayla = character(api, "ayla.png")
+    ayla = fetch_character(api, "ayla.png")
     assert ayla["sheet"] == {"appearance": "Short, cropped dark hair.", "backstory": "Grew up at the harbour."}
     assert ayla["field_sources"]["appearance"] == "background"
     job = the_job(services)
@@ -177,16 +177,16 @@ def test_sw1_fields_a_person_wrote_or_locked_are_never_overwritten(with_model, f
         "Ayla", personality="Cheerful and loud.", backstory="Born in the capital.", appearance="Short hair.")
     cast_with_sheets(api)
     # A person writes the personality and locks the backstory (a background job wrote it).
-    sheet = character(api, "ayla.png")["sheet"]
+    sheet = fetch_character(api, "ayla.png")["sheet"]
     expect_ok(api.put("/v1/characters/ayla.png", json={
         "name": "Ayla", "sheet": {**sheet, "personality": "Quiet, watchful."}, "locked_fields": ["backstory"]}), 200)
-    ayla = character(api, "ayla.png")
+    ayla = fetch_character(api, "ayla.png")
     assert ayla["field_sources"]["backstory"] == "background" and ayla["locked_fields"] == ["backstory"]
     harbour_session(api)
     drain(services)
     [prompt] = sheet_prompts(fake)
     assert "- personality (kept): Quiet, watchful." in prompt and "- backstory (kept): Grew up" in prompt
-    after = character(api, "ayla.png")
+    after = fetch_character(api, "ayla.png")
     assert after["sheet"] == {"appearance": "Short hair.", "backstory": "Grew up at the harbour.",
                               "personality": "Quiet, watchful."}
     result = the_job(services)["result"]
@@ -217,7 +217,7 @@ def test_sw1_client_mode_a_field_locked_after_the_prompt_is_refused(client_mode,
     harbour_session(api)
     job, lb = claim_sheet_job(api)
     assert "- appearance: Long dark hair." in job["request"]["prompt"]  # not kept when claimed
-    sheet = character(api, "ayla.png")["sheet"]
+    sheet = fetch_character(api, "ayla.png")["sheet"]
     expect_ok(api.put("/v1/characters/ayla.png", json={"name": "Ayla", "sheet": sheet,
                                                        "locked_fields": ["appearance"]}), 200)
     answer = {"new": [], "updates": [{"character": lb.c("Ayla"), "fields": {
@@ -227,7 +227,7 @@ def test_sw1_client_mode_a_field_locked_after_the_prompt_is_refused(client_mode,
     assert done["state"] == "done"
     assert done["result"]["refused"] == {"ayla.png": ["appearance"]}
     assert done["result"]["updated"] == {"ayla.png": ["manner"]}
-    after = character(api, "ayla.png")
+    after = fetch_character(api, "ayla.png")
     assert after["sheet"]["appearance"] == "Long dark hair."
     assert after["sheet"]["manner"] == "Runs a hand through her hair when unsure."
 
@@ -240,14 +240,14 @@ def test_sw1_sw9b_secrets_are_never_shown_to_the_model_nor_written(with_model, f
     with_model.builders["sheet_updates"] = update("Ayla", secrets="She is a smuggler herself.",
                                                   appearance="Short hair.")
     cast_with_sheets(api)
-    sheet = character(api, "ayla.png")["sheet"]
+    sheet = fetch_character(api, "ayla.png")["sheet"]
     expect_ok(api.put("/v1/characters/ayla.png", json={"name": "Ayla", "sheet": {**sheet, "secrets": secrets}}), 200)
     harbour_session(api)
     drain(services)
     [prompt] = sheet_prompts(fake)
     assert "- appearance: Long dark hair." in prompt  # the sheet was shown…
     assert "smugglers" not in prompt and "secrets" not in prompt.split("<sheets>")[1]  # …its secret not
-    after = character(api, "ayla.png")
+    after = fetch_character(api, "ayla.png")
     assert after["sheet"]["secrets"] == secrets and after["sheet"]["appearance"] == "Short hair."
     assert "smuggler herself" not in json.dumps(after)
     assert "Ayla: secrets are not written by a model" in the_job(services)["result"]["skipped"]
@@ -267,8 +267,8 @@ def test_rv14_a_character_with_learning_off_is_not_updated(with_model, fake, api
     drain(services)
     [prompt] = sheet_prompts(fake)
     assert "Bren" in prompt and "Bearded." not in prompt  # present, but his sheet is not offered
-    assert character(api, "bren.png")["sheet"] == {"appearance": "Bearded."}
-    assert character(api, "ayla.png")["sheet"]["appearance"] == "Short hair."
+    assert fetch_character(api, "bren.png")["sheet"] == {"appearance": "Bearded."}
+    assert fetch_character(api, "ayla.png")["sheet"]["appearance"] == "Short hair."
     result = the_job(services)["result"]
     assert "bren.png" not in result["updated"] and "not asked for: the sheet of bren.png" in result["skipped"]
 
@@ -283,7 +283,7 @@ def test_rv14_learning_switched_off_before_the_answer_is_stored(client_mode, api
     answer = {"new": [], "updates": [{"character": lb.c("Ayla"), "fields": {"appearance": "Short hair."}}]}
     done = expect_ok(api.post(f"/v1/jobs/{job['id']}/complete", json={"text": json.dumps(answer)}), 200)["job"]
     assert done["result"]["updated"] == {} and "learning off (RV14): ayla.png" in done["result"]["skipped"]
-    assert character(api, "ayla.png")["sheet"]["appearance"] == "Long dark hair."
+    assert fetch_character(api, "ayla.png")["sheet"]["appearance"] == "Long dark hair."
 
 
 def test_rv16_memory_off_queues_no_sheet_updates(with_model, fake, api, services):
@@ -310,7 +310,7 @@ def test_rv16_memory_switched_off_after_queueing_writes_nothing(with_model, fake
     drain(services)
     job = the_job(services)
     assert job["state"] == "done" and job["result"] == {"skipped": "nothing left to do"}
-    assert sheet_prompts(fake) == [] and character(api, "ayla.png")["sheet"]["appearance"] == "Long dark hair."
+    assert sheet_prompts(fake) == [] and fetch_character(api, "ayla.png")["sheet"]["appearance"] == "Long dark hair."
 
 
 @pytest.mark.parametrize("overrides", [{"llm_mode": "extractive"}], indirect=True)
@@ -323,10 +323,10 @@ def test_sw1_extractive_mode_queues_no_sheet_updates_but_drafts_a_minimal_sheet(
     assert job_rows(services, kind="sheet_updates") == []
     assert [r["kind"] for r in job_rows(services, kind="sheet_drafts")] == ["sheet_drafts"]
     drain(services)
-    drafted = character(api, "old-tom")
+    drafted = fetch_character(api, "old-tom")
     assert drafted["name"] == TOM and drafted["sheet"]["first_appearance"].startswith("Session 1 of ")
     assert '"Forty years I have mended nets here."' in drafted["sheet"]["quotes"]
-    assert character(api, "ayla.png")["sheet"]["appearance"] == "Long dark hair."
+    assert fetch_character(api, "ayla.png")["sheet"]["appearance"] == "Long dark hair."
 
 
 def newcomer_draft(**fields: str):
@@ -347,12 +347,12 @@ def test_sw1_a_recurring_newcomer_gets_a_drafted_sheet(with_model, fake, api, se
     drain(services)
     first = sheet_prompts(fake)
     assert len(first) == 1 and "<newcomers>" not in first[0]
-    assert character(api, "ayla.png") and api.get("/v1/characters/old-tom").status_code == 404
+    assert fetch_character(api, "ayla.png") and api.get("/v1/characters/old-tom").status_code == 404
     harbour_session(api, start=600, prefix="s2-", extra=[tom("t2", '"The tide turns at midnight."', 602)])
     drain(services)
     second = sheet_prompts(fake)[1]
     assert "[n1] Old Tom (speaks in 2 messages over 2 sessions)" in second
-    drafted = character(api, "old-tom")
+    drafted = fetch_character(api, "old-tom")
     assert drafted["name"] == TOM
     assert drafted["sheet"] == {"role": "Boatman of the harbour", "appearance": "Weathered, missing a tooth."}
     assert set(drafted["field_sources"].values()) == {"background"} and drafted["learn_from_chat"]
@@ -371,7 +371,7 @@ def test_sw1_a_minimal_sheet_is_filled_in_by_the_model(with_model, fake, api, se
     drain(services)
     [prompt] = sheet_prompts(fake)
     assert re.search(r"^\[c\d\] Old Tom\n- first_appearance: Session 1 ", prompt, re.M)
-    drafted = character(api, "old-tom")
+    drafted = fetch_character(api, "old-tom")
     assert drafted["sheet"]["role"] == "Boatman of the harbour"
     assert drafted["sheet"]["first_appearance"].startswith("Session 1 of ") and drafted["sheet"]["quotes"]
 
@@ -384,16 +384,16 @@ def test_sw1_malformed_model_answer_fails_the_job_and_writes_nothing(overrides, 
     with_model.builders["sheet_updates"] = lambda lb: {"updates": [
         {"character": lb.c("Ayla"), "fields": {"appearance": "Short hair."}}]}
     cast_with_sheets(api)
-    before = character(api, "ayla.png")
+    before = fetch_character(api, "ayla.png")
     harbour_session(api)
     drain(services)
     job = the_job(services)
     assert (job["state"], job["attempts"]) == ("pending", 1)
     assert "'new' is a required property" in job["error"] and job["result"] is None
-    assert character(api, "ayla.png") == before
+    assert fetch_character(api, "ayla.png") == before
     services.clock.advance(seconds=3600)
     drain(services)
     job = the_job(services)
     assert (job["state"], job["attempts"]) == ("failed", 2) and "'new' is a required property" in job["error"]
-    assert character(api, "ayla.png") == before
+    assert fetch_character(api, "ayla.png") == before
     assert len(sheet_prompts(fake)) == 2

@@ -10,10 +10,10 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import expect_error, expect_ok
 
 from server_plugin.errors import NotFound
 from server_plugin.story import characters, sheets
+from tests.helpers.api import expect_error, expect_ok
 
 SHEET = {"personality": "Brave.", "appearance": "Red hair.",
          "secrets": [{"text": "Stole the crown."}, {"text": "Loves Bren.", "known_by": ["cid.png"]}]}
@@ -229,7 +229,7 @@ def test_sw1_a_new_named_speaker_gets_a_minimal_sheet_at_session_end(api, servic
     """rule SW1 (extractive): at session end a named speaker the cast does not know, with at least
     two lines, gets a sheet: name, first appearance and its lines verbatim; known speakers and
     one-line speakers get none; a person's edit then stands against the next draft."""
-    from chatkit import drain, post, setup_chat
+    from tests.helpers.conversation import drain, post, setup_chat
 
     setup_chat(api, title="The Harbour")
     lines = [("user", "Kai", "Who runs this ferry?"),

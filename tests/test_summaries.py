@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chatkit import drain, job_rows, post, setup_chat, summaries, turn_messages, turns
-from tests.conftest import expect_error, expect_ok
+from tests.helpers.api import expect_error, expect_ok
+from tests.helpers.conversation import drain, job_rows, post, setup_chat, summaries, turn_messages, turns
 
 # A window of 4 messages and chunks of 2: each turn (2 messages) after the second makes one chunk.
 SMALL = {"live_window_max_messages": 4, "summary_chunk_messages": 2,

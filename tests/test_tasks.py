@@ -24,10 +24,10 @@ from server_plugin.jobs.tasks.registry import TASKS
 from server_plugin.jobs.tasks.sheets import Newcomer, SheetInput, sheet_updates
 from server_plugin.jobs.tasks.summaries import SummaryInput, chunk_summary, merge_summaries, session_summary
 from server_plugin.jobs.tasks.told import SecretInput, told_events
-from tests.chatkit import drain, job_rows
-from tests.conftest import expect_ok
-from tests.episodekit import EMPTY, chat, end_session, line, post_lines, register_cast
-from tests.taskkit import limits
+from tests.helpers.api import expect_ok
+from tests.helpers.conversation import drain, job_rows
+from tests.helpers.episodes import EMPTY, chat, end_session, line, post_lines, register_cast
+from tests.helpers.tasks import limits
 
 SAM = CharacterRef("persona-sam", "Sam", is_player=True)
 AYLA = CharacterRef("ayla.png", "Ayla")

@@ -8,7 +8,7 @@ import pytest
 from server_plugin.core import window
 from server_plugin.settings import defaults
 from server_plugin.story import chats, summaries
-from tests.chatkit import post, setup_chat
+from tests.helpers.conversation import post, setup_chat
 
 SHIPPED = defaults()
 LIMITS = {"max_tokens": SHIPPED.live_window_max_tokens, "percent": SHIPPED.live_window_percent}

@@ -17,11 +17,13 @@ from typing import Iterator
 
 import pytest
 
-from tests.e2e.sidecar import Sidecar, sidecar_available
-from tests.e2e.st import (
+from tests.helpers.fakellm import FakeLLM
+from tests.helpers.sidecar import Sidecar, sidecar_available
+from tests.helpers.sillytavern import (
     ARTIFACTS,
     CHROMIUM,
     CHROMIUM_ARGS,
+    GROUP_NAME,
     REPO_ROOT,
     SillyTavernServer,
     STPage,
@@ -32,10 +34,8 @@ from tests.e2e.st import (
     free_port,
     prepare_data_root,
 )
-from tests.fakellm import FakeLLM
 
 EXTENSION_SRC = REPO_ROOT / "extension"
-GROUP_NAME = "Forest Party"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -21,8 +21,8 @@ from typing import Any, Iterator
 import pytest
 import requests
 
-from tests.e2e.st import CHROMIUM, CHROMIUM_ARGS, free_port
-from tests.harness.process import SidecarProcess
+from tests.helpers.process import SidecarProcess
+from tests.helpers.sillytavern import CHROMIUM, CHROMIUM_ARGS, free_port
 
 MEMORY = {"text": "Planted by an attacker.", "scope": "global", "actor": "user"}
 FORM_PAGE = """<!doctype html><title>win a prize</title>

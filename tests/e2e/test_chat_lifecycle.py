@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 from functools import partial
 
-from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import STPage, configure_chronicler, quote_id, wait_until
-from tests.e2e.test_commands import _run_command
+from tests.helpers.sidecar import Sidecar
+from tests.helpers.sillytavern import STPage, configure_chronicler, quote_id, wait_until
 
 _q = quote_id
 _wait_until = partial(wait_until, timeout=20.0, interval=0.2)
@@ -37,13 +36,13 @@ def test_dc2_renamed_chat_keeps_its_transcript_and_memories_under_the_new_id(st:
     memory_id = body["memory"]["id"]
 
     new_id = f"Renamed {int(time.time())}"
-    _run_command(st, f"/renamechat {new_id}")
+    st.run_command(f"/renamechat {new_id}")
     st.page.wait_for_function("id => SillyTavern.getContext().getCurrentChatId() === id", arg=new_id)
     _wait_until(lambda: _ids(sidecar, new_id) == ids and _ids(sidecar, old_id) is None, what="rename followed")
     assert sidecar.request("GET", f"/v1/memories/{memory_id}")[1]["memory"]["chat_id"] == new_id
     st.shot("after-rename")
 
-    _run_command(st, "/delchat")
+    st.run_command("/delchat")
     _wait_until(lambda: sidecar.request("GET", f"/v1/chats/{_q(new_id)}")[0] == 404, what="chat deleted")
     st.shot("after-delete")
 
@@ -61,7 +60,7 @@ def test_rv6_renamed_character_keeps_its_memories_under_the_new_avatar(st: STPag
                                                       "scope": "global", "known_by": ["Mira.png"], "actor": "user"})
     assert pinned[0] == 201 and secret[0] == 201
 
-    _run_command(st, "/rename-char chats=false Mirabel")
+    st.run_command("/rename-char chats=false Mirabel")
     st.page.wait_for_function("() => SillyTavern.getContext().name2 === 'Mirabel'", timeout=30_000)
     new = st.evaluate("() => SillyTavern.getContext().characters[SillyTavern.getContext().characterId].avatar")
     assert new != "Mira.png"

@@ -4,20 +4,11 @@ from __future__ import annotations
 
 from functools import partial
 
-from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import STPage, configure_chronicler, quote_id, wait_until
+from tests.helpers.sidecar import Sidecar
+from tests.helpers.sillytavern import STPage, configure_chronicler, quote_id, wait_until
 
 _q = quote_id
 _wait_for = partial(wait_until, timeout=15.0, interval=0.2)
-
-
-def _run_command(st: STPage, text: str) -> None:
-    """Type a slash command and send it; commands add no chat message, so wait for the box to empty."""
-    st.wait_idle()
-    box = st.page.locator("#send_textarea")
-    box.fill(text)
-    st.page.locator("#send_but").click()
-    st.page.wait_for_function("() => document.querySelector('#send_textarea').value === ''", timeout=15_000)
 
 
 def test_rv9b_slash_remember_saves_pinned_and_global_memories_as_the_person(st: STPage, sidecar: Sidecar) -> None:
@@ -30,8 +21,8 @@ def test_rv9b_slash_remember_saves_pinned_and_global_memories_as_the_person(st: 
     st.record_toasts()
     before = st.chat_length()
 
-    _run_command(st, "/remember pin=true Seraphina swore to guard the glade.")
-    _run_command(st, "/remember scope=global The old war ended in the year 1312.")
+    st.run_command("/remember pin=true Seraphina swore to guard the glade.")
+    st.run_command("/remember scope=global The old war ended in the year 1312.")
 
     def found(text: str, query: str):
         status, body = sidecar.request("GET", f"/v1/memories?{query}")

@@ -20,8 +20,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.e2e.st import STPage, configure_chronicler
-from tests.fakellm import FakeLLM
+from tests.helpers.fakellm import FakeLLM
+from tests.helpers.sillytavern import STPage, configure_chronicler
 
 TURNS = 3
 SLACK_MS = 750  # timer and event-loop scheduling on a busy 2-core machine

@@ -12,9 +12,9 @@ from typing import Iterator
 
 import pytest
 
-from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import REPO_ROOT, SillyTavernServer, STPage, free_port, prepare_data_root
-from tests.fakellm import FakeLLM
+from tests.helpers.fakellm import FakeLLM
+from tests.helpers.sidecar import Sidecar
+from tests.helpers.sillytavern import REPO_ROOT, SillyTavernServer, STPage, free_port, prepare_data_root
 
 
 @pytest.fixture

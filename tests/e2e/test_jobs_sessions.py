@@ -16,10 +16,16 @@ from typing import Iterator
 
 import pytest
 
-from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import SillyTavernServer, STPage, configure_chronicler, quote_id, save_settings, wait_until
-from tests.e2e.test_commands import _run_command
-from tests.fakellm import FakeLLM, default_reply
+from tests.helpers.fakellm import FakeLLM, default_reply
+from tests.helpers.sidecar import Sidecar
+from tests.helpers.sillytavern import (
+    SillyTavernServer,
+    STPage,
+    configure_chronicler,
+    quote_id,
+    save_settings,
+    wait_until,
+)
 
 _q = quote_id
 _wait_until = partial(wait_until, timeout=30.0, interval=0.2)
@@ -72,7 +78,7 @@ def test_dc2_sw2_jobs_run_on_sillytaverns_connection_and_the_model_reads_the_ses
 
     st.record_toasts()
     before = len(fake.completions())
-    _run_command(st, "/session-end")
+    st.run_command("/session-end")
     session = _wait_until(lambda: (lambda r: r[1]["session"] if r[0] == 200 and r[1]["session"].get("full") else None)(
         side.request("GET", f"/v1/chats/{_q(chat_id)}/sessions/1")), what="session summary written")
     assert session["full"].startswith(FULL[:40]), session
@@ -99,4 +105,4 @@ def test_dc2_sw2_jobs_run_on_sillytaverns_connection_and_the_model_reads_the_ses
         st.evaluate("() => { SillyTavern.getContext().chatCompletionSettings.function_calling = false; }")
         save_settings(st)
         # Later tests (the panel's) expect Seraphina's chat to hold only her greeting.
-        _run_command(st, "/delchat")
+        st.run_command("/delchat")

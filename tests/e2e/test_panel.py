@@ -14,8 +14,15 @@ from typing import Any
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import REPO_ROOT, STPage, configure_chronicler, quote_id, save_settings, wait_until
+from tests.helpers.sidecar import Sidecar
+from tests.helpers.sillytavern import (
+    REPO_ROOT,
+    STPage,
+    configure_chronicler,
+    quote_id,
+    save_settings,
+    wait_until,
+)
 
 q = quote_id
 

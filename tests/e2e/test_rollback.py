@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from functools import partial
 
-from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import STPage, configure_chronicler, quote_id, wait_until
-from tests.fakellm import FakeLLM
+from tests.helpers.fakellm import FakeLLM
+from tests.helpers.sidecar import Sidecar
+from tests.helpers.sillytavern import STPage, configure_chronicler, quote_id, wait_until
 
 _q = quote_id
 _wait_until = partial(wait_until, timeout=10.0, interval=0.1)

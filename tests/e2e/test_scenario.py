@@ -11,10 +11,16 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.e2e.conftest import GROUP_NAME
-from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import STPage, configure_chronicler, quote_id, save_settings, wait_until
-from tests.fakellm import FakeLLM
+from tests.helpers.fakellm import FakeLLM
+from tests.helpers.sidecar import Sidecar
+from tests.helpers.sillytavern import (
+    GROUP_NAME,
+    STPage,
+    configure_chronicler,
+    quote_id,
+    save_settings,
+    wait_until,
+)
 
 _q = quote_id
 _wait_until = partial(wait_until, timeout=20.0, interval=0.1)

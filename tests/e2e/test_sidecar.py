@@ -5,8 +5,8 @@ from __future__ import annotations
 import urllib.parse
 from functools import partial
 
-from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import STPage, configure_chronicler, wait_until
+from tests.helpers.sidecar import Sidecar
+from tests.helpers.sillytavern import STPage, configure_chronicler, wait_until
 
 _wait_for = partial(wait_until, timeout=15.0, interval=0.2)
 

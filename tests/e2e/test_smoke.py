@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from tests.e2e.st import STPage
-from tests.fakellm import FakeLLM
+from tests.helpers.fakellm import FakeLLM
+from tests.helpers.sillytavern import STPage
 
 
 def _prompt_text(body: dict) -> str:

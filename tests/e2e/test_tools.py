@@ -12,9 +12,9 @@ from functools import partial
 
 import pytest
 
-from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import STPage, configure_chronicler, quote_id, save_settings, wait_until
-from tests.fakellm import FakeLLM
+from tests.helpers.fakellm import FakeLLM
+from tests.helpers.sidecar import Sidecar
+from tests.helpers.sillytavern import STPage, configure_chronicler, quote_id, save_settings, wait_until
 
 _q = quote_id
 _wait_until = partial(wait_until, timeout=15.0, interval=0.1)

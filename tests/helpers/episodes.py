@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Iterator
-
-import pytest
+from typing import Any, Callable
 
 from server_plugin.retrieval import docs as index
-from tests.chatkit import drain, iso, post
-from tests.conftest import expect_ok
-from tests.fakellm import FakeLLM
+from tests.helpers import world
+from tests.helpers.api import expect_ok
+from tests.helpers.conversation import drain, iso, post
+from tests.helpers.world import character
 
 # Compaction and deep memory stay out of the way unless a test asks for them.
 QUIET = {"live_window_max_messages": 50, "deep_memory_min_new_messages": 10_000}
@@ -22,12 +21,11 @@ CAST = {"ayla.png": "Ayla", "bren.png": "Bren", "cora.png": "Cora", "kai.png": "
 
 def register_cast(api) -> None:
     for character_id, name in CAST.items():
-        api.put(f"/v1/characters/{character_id}", json={"name": name, "is_player": character_id == "kai.png"})
+        character(api, character_id, name, is_player=character_id == "kai.png")
 
 
 def chat(api, chat_id: str, *members: str) -> None:
-    response = api.put(f"/v1/chats/{chat_id}", json={"member_ids": list(members)})
-    assert response.status_code in (200, 201), response.get_json()
+    world.chat(api, chat_id, members)
 
 
 def line(message_id: str, speaker_id: str, text: str, minutes: float, **extra: Any) -> dict[str, Any]:
@@ -133,15 +131,6 @@ class Answers:
         self.seen.append(task)
         build = self.builders.get(task)
         return json.dumps(build(Labels(body)) if build else EMPTY[task])
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    """A real fake-model server answering each extraction task from its prompt's labels."""
-    server = FakeLLM().start()
-    server.responder = Answers()
-    yield server
-    server.stop()
 
 
 def told_answer(teller: str, listeners: list[str], secret_words: str, message_words: str,

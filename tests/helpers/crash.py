@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .client import Client
-from .ledger import copy_store, store_problems
-from .process import BUSY_JOBS, SidecarProcess
-from .workload import SCRIBE_FAMILIES, Worker, reconcile
+from tests.helpers.client import Client
+from tests.helpers.ledger import copy_store, store_problems
+from tests.helpers.process import BUSY_JOBS, SidecarProcess
+from tests.helpers.workload import SCRIBE_FAMILIES, Worker, reconcile
 
 MODEL_WRITES = {"memory.create", "memory.edit", "messages.upsert"}
 

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from server_plugin.jobs import worker
-from tests.conftest import expect_ok
+from tests.helpers.api import expect_ok
+from tests.helpers.world import character, chat
 
 CHAT = "c1"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -23,10 +24,9 @@ def setup_chat(api, chat_id: str = CHAT, members: tuple[str, ...] = ("ayla.png",
                characters: bool = True, **extra: Any) -> None:
     """Register the characters (Ayla, the player Kai) and the chat."""
     if characters:
-        api.put("/v1/characters/ayla.png", json={"name": "Ayla"})
-        api.put("/v1/characters/kai.png", json={"name": "Kai", "is_player": True})
-    response = api.put(f"/v1/chats/{chat_id}", json={"member_ids": list(members), **extra})
-    assert response.status_code in (200, 201), response.get_json()
+        character(api, "ayla.png", "Ayla")
+        character(api, "kai.png", "Kai", is_player=True)
+    chat(api, chat_id, members, **extra)
 
 
 def user_line(n: int) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.st import REPO_ROOT, free_port, wait_http
+from tests.helpers.sillytavern import REPO_ROOT, free_port, wait_http
 
 CLI = REPO_ROOT / "server_plugin" / "cli.py"
 TOKEN = "e2e-token-0123456789abcdef"

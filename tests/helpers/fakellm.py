@@ -17,7 +17,7 @@ HTTP control: `GET /_fake/requests`, `POST /_fake/reset`, `POST /_fake/script {"
 `POST /_fake/tool_calls {"calls": [{"name": ..., "arguments": {...}}]}`,
 `POST /_fake/fail {"n": 1, "status": 500, "retry_after": 2}`, `POST /_fake/garbage {"n": 1}`, `POST /_fake/delay {"seconds": 2}`.
 
-Run alone: `python tests/fakellm.py --port 5001` (prints its base URL, ending in /v1).
+Run alone: `python tests/helpers/fakellm.py --port 5001` (prints its base URL, ending in /v1).
 """
 
 from __future__ import annotations

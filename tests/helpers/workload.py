@@ -14,8 +14,8 @@ import threading
 from collections import Counter
 from typing import Any, Callable
 
-from .client import Client, Dead, q
-from .ledger import Key, Ledger, State
+from tests.helpers.client import Client, Dead, q
+from tests.helpers.ledger import Key, Ledger, State
 
 Op = Callable[["Worker"], None]
 

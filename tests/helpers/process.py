@@ -1,6 +1,6 @@
 """The sidecar as a real process (as a user starts it), killable with SIGKILL and restartable.
 
-Builds on tests/e2e/sidecar.py's `Sidecar` (same command line, environment and port handling) and
+Builds on tests/helpers/sidecar.py's `Sidecar` (same command line, environment and port handling) and
 adds what the fault tests need: SIGKILL, waiting for the embedding model, and the database path.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import requests
 
 from server_plugin.settings import TABLE
-from tests.e2e.sidecar import Sidecar
-from tests.e2e.st import free_port
+from tests.helpers.sidecar import Sidecar
+from tests.helpers.sillytavern import free_port
 
 DB_FILE = TABLE["db_file"].default  # the sidecar runs with no db_file of its own
 

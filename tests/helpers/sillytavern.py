@@ -2,7 +2,7 @@
 
 Nothing here is a stand-in: the `sillytavern` package comes from npm (cached outside the repository),
 runs as its own Node process on loopback, and is driven by Debian's Chromium through Playwright.
-The only fake is the paid model (`tests/fakellm.py`), which SillyTavern reaches as a "Custom"
+The only fake is the paid model (`tests/helpers/fakellm.py`), which SillyTavern reaches as a "Custom"
 OpenAI-compatible Chat Completion source.
 
 Facts used here are in `shared/SILLYTAVERN.md` (checked against the 1.19.0 package source).
@@ -40,6 +40,7 @@ CHROMIUM_ARGS = [
 ]
 EXTENSION_FOLDER = "Chronicler"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+GROUP_NAME = "Forest Party"  # the group chat the e2e fixtures add to SillyTavern
 ARTIFACTS = REPO_ROOT / "test-artifacts" / "e2e"
 
 
@@ -375,6 +376,13 @@ class STPage:
         """Wait until no generation runs and the send button is back."""
         self.page.wait_for_function("() => document.body.dataset.generating !== 'true'", timeout=timeout_ms)
         self.page.locator("#send_but").wait_for(state="visible", timeout=timeout_ms)
+
+    def run_command(self, text: str) -> None:
+        """Type a slash command and send it; commands add no chat message, so wait for the box to empty."""
+        self.wait_idle()
+        self.page.locator("#send_textarea").fill(text)
+        self.page.locator("#send_but").click()
+        self.page.wait_for_function("() => document.querySelector('#send_textarea').value === ''", timeout=15_000)
 
     def send(self, text: str, timeout_ms: int = 30_000) -> str:
         """Send a user message and wait for the reply; return the reply's text."""
