@@ -1,4 +1,4 @@
-"""Latency of POST /v1/context over HTTP on a campaign-sized store (issue 5).
+"""Latency of POST /v1/context over HTTP on a campaign-sized store (rule OP10).
 
 The store: 10,000 messages, 2,000 saved memories, 500 lore cards, 40 characters with sheets and
 secrets, 300 character memories. It is written through the domain layer (memories.create,

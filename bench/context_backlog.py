@@ -1,4 +1,4 @@
-"""`POST /v1/context` while the job worker drains a backlog (issue 5; requests go first, priority.py).
+"""`POST /v1/context` while the job worker drains a backlog (rules OP4, OP10; requests go first, priority.py).
 
 Takes a copy of a store filled by `assemble_latency.py --keep DIR` (the 10,000-message campaign),
 serves it in this process with the job worker on, asks for every rolling summary to be rebuilt

@@ -1,4 +1,4 @@
-"""The extension's extra time per generation, measured in the browser (issue 6: p95 <= 100 ms).
+"""The extension's extra time per generation, measured in the browser (rule OP10: p95 <= 100 ms).
 
 Real SillyTavern + Chromium + the real sidecar + the fake model, exactly as the E2E tests run them
 (tests/helpers/sillytavern.py, sidecar.py). A character chat gets N generations (user message + reply); for

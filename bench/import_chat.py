@@ -5,7 +5,7 @@ offline, extractive mode, jobs drained; the whole command timed (model load incl
         [--batch-size 100] [--kill-after 900]
 
 --kill-after K: SIGKILL the import once K messages are stored, rerun it, and report both runs
-(the resumed import must end with every message and nothing pending). Target (issue 8): 2,000
+(the resumed import must end with every message and nothing pending). Target (rule OP10): 2,000
 messages in under 3 minutes on the 2-core machine.
 """
 

@@ -1,6 +1,6 @@
 """Load: several clients at a fixed total rate for a fixed time; throughput, p50/p95/p99, errors.
 
-Target (issue 8): 0 errors and p99 under 200 ms at 20 requests/s on these 2 cores.
+Target (rule OP10): 0 errors and p99 under 200 ms at 20 requests/s on these 2 cores.
 
 Requests are scheduled open-loop (request i is due at start + i/rate, handed to the clients in
 turn) and latency is measured from when a request was DUE, so a slow answer that delays the next

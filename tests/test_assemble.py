@@ -40,7 +40,7 @@ def assemble(candidates: Candidates, context_tokens: int, counter, **options) ->
 
 
 BIG = 100_000
-# QS3 and issue 5: the order in which Required items are kept when they pass the 70% cap
+# QS3: the order in which Required items are kept when they pass the 70% cap
 # (written out here, not imported, so a change of order in the code fails the tests).
 REQUIRED_PRIORITY = ("authors_note", "plot_essentials", "instructions", "character_sheets",
                      "campaign_notes", "story_summary")

@@ -1,4 +1,4 @@
-"""`chronicler import-chat` (issue 8): a SillyTavern chat file fed through the normal pipeline,
+"""`chronicler import-chat` (rule OP8): a SillyTavern chat file fed through the normal pipeline,
 resumable after a kill, offline on the data folder or into a running sidecar."""
 
 from __future__ import annotations

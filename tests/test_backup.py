@@ -1,4 +1,4 @@
-"""`chronicler backup` (issue 8): a consistent, checked, private copy, safe while the sidecar serves."""
+"""`chronicler backup` (rule OP8): a consistent, checked, private copy, safe while the sidecar serves."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_cli_backup_default_path_and_exit_codes(api, services, settings, capsys)
 
 
 def test_backup_while_serving_under_concurrent_writes_has_every_write_acknowledged_before_it(tmp_path):
-    """Issue 8: `chronicler backup` as a process while a real sidecar takes writes from three
+    """Rule OP8: `chronicler backup` as a process while a real sidecar takes writes from three
     clients: the copy passes every check and holds every memory acknowledged before it started."""
     side = SidecarProcess.create(tmp_path / "data")
     side.start()

@@ -1,4 +1,4 @@
-"""Concurrency (issue 8): eight clients at once over HTTP against a real sidecar process.
+"""Concurrency (rule OP5): eight clients at once over HTTP against a real sidecar process.
 
 Two extension tabs, the memory panel, a background job worker and four more clients write and read
 (while the sidecar's own worker runs summary jobs over a small live window) for a bounded time (CONCURRENCY_SECONDS, default 4): no "database is locked" and no 5xx
@@ -47,7 +47,7 @@ def client(sidecar: SidecarProcess) -> Iterator[Client]:
 
 
 def test_eight_clients_at_once_never_see_locked_or_5xx_and_lose_nothing(sidecar, client, tmp_path):
-    """Issue 8 (and RV4/RV6/RV10/RV11 writes): 8 concurrent callers for a bounded time."""
+    """Rule OP5 (and RV4/RV6/RV10/RV11 writes): 8 concurrent callers for a bounded time."""
     team = [Worker(name, Client(sidecar.url, sidecar.token), seed=i, read_weight=weight)
             for i, (name, weight) in enumerate(CALLERS.items())]
     stop = threading.Event()
@@ -107,7 +107,7 @@ def _race(sidecar: SidecarProcess, requests: list[tuple[str, str, dict]]) -> lis
 
 
 def test_edits_with_version_exactly_one_of_two_racing_edits_wins(sidecar, client):
-    """Issue 8 "no lost update", optimistic locking: two edits sent with the same `version` at
+    """Rule OP5, "no lost update", optimistic locking: two edits sent with the same `version` at
     the same moment: one is applied, the other is refused with 409 version_conflict."""
     memory = _new_memory(client, "The gate code is 1234.")
     path = f"/v1/memories/{q(memory['id'])}"
@@ -129,7 +129,7 @@ def test_edits_with_version_exactly_one_of_two_racing_edits_wins(sidecar, client
 
 
 def test_edits_without_version_all_apply_in_order(sidecar, client):
-    """Issue 8 "no lost update", last writer wins: 8 clients x 6 edits of one memory without
+    """Rule OP5, "no lost update", last writer wins: 8 clients x 6 edits of one memory without
     `version`: every edit is acknowledged, each with its own version, and the final version is the
     number of edits + 1 with the text of the edit that got the last version."""
     memory = _new_memory(client, "Mira's favourite colour is blue.")

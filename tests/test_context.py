@@ -1,4 +1,4 @@
-"""POST /v1/context end to end (issue 5): the route gathers, assembles and remembers.
+"""POST /v1/context end to end: the route gathers, assembles and remembers.
 
 The pure budget rules are tested token for token in test_assemble.py; here each test checks what
 only the route can get wrong: which candidates reach the assembler (presence, visibility, memory

@@ -1,4 +1,4 @@
-"""Crash safety (issue 8): SIGKILL the sidecar process at random moments while clients write.
+"""Crash safety (rule OP5): SIGKILL the sidecar process at random moments while clients write.
 
 Every acknowledged write must survive with its acknowledged content; a write cut by the kill must be
 there whole or not at all; the database must pass `PRAGMA integrity_check`, and no row may exist
@@ -26,7 +26,7 @@ SEED = int(os.environ["CRASH_SEED"]) if os.environ.get("CRASH_SEED") else None
 
 
 def test_rv1_rv4_rv6_rv10_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
-    """Issue 8 "nothing lost" over rules RV4 (memories by scope), RV6 (deleting a character moves
+    """Rule OP5 ("nothing lost") over rules RV4 (memories by scope), RV6 (deleting a character moves
     its memories to global in the same transaction), RV10 (rollback by turn), RV11 (pins) and RV1
     (the transcript: message batches, edits, deletes, chat delete and rename):
     20 SIGKILLs at random moments, each followed by a restart and a full check."""
@@ -74,7 +74,7 @@ def _wait(predicate, timeout: float, what: str):
 
 
 def test_rv3_pending_jobs_resume_after_sigkill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 8 / rule RV3: summary jobs queued, and one running (its model call hanging), when
+    """Rules OP5, RV3: summary jobs queued, and one running (its model call hanging), when
     the process is SIGKILLed are all run after the restart, each exactly once: every job is done,
     one recent summary per chunk, no chunk summarised twice, and the store passes every check."""
     fake = FakeLLM().start()

@@ -1,4 +1,4 @@
-"""Disk full at the process level (issue 8): the sidecar's data dir on a small tmpfs that fills up.
+"""Disk full at the process level (rule OP5): the sidecar's data dir on a small tmpfs that fills up.
 
 Writes answer 507 `storage_full` (or 503 `storage_unavailable` for an I/O error) in the envelope,
 reads keep working, writing works again once space is freed, and after a restart every acknowledged
@@ -61,7 +61,7 @@ def _all(client: Client) -> list[dict]:
 
 
 def test_disk_full_writes_507_reads_work_nothing_lost_after_freeing_space(small_disk: Path, tmp_path: Path) -> None:
-    """Issue 8 "disk full": a real process on a full file system."""
+    """Rule OP5, a full disk: a real process on a full file system."""
     side = SidecarProcess.create(small_disk / "data")
     side.start()
     side.wait_ready()

@@ -1,4 +1,4 @@
-"""The embedding model's turns: a request's query goes before background jobs' chunks (issue 5:
+"""The embedding model's turns: a request's query goes before background jobs' chunks (rule OP4:
 `POST /v1/context` must stay fast while the worker embeds a finished session)."""
 
 from __future__ import annotations

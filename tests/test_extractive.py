@@ -1,4 +1,4 @@
-"""The no-model fallback (issue 3, `extractive` mode): deterministic, verbatim, within budget, and
+"""The no-model fallback (rule OP1, `extractive` mode): deterministic, verbatim, within budget, and
 the same result types as the model parsers (rules RV3, RV13, RV18, RV9c, RV9d, SW2–SW5, SW8, SW9b)."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def long_chat(n: int = 60) -> list[ChatMessage]:
 # --- chunk summaries (RV3) --------------------------------------------------------------------
 
 def test_rv3_extractive_chunk_summary_is_deterministic():
-    """issue 3 (extractive mode): the same chunk gives the same summary, every time."""
+    """rule OP1 (extractive mode): the same chunk gives the same summary, every time."""
     a = summarize_chunk(NIGHT, **limits("chunk_summary", budget_tokens=120))
     b = summarize_chunk(list(NIGHT), **limits("chunk_summary", budget_tokens=120))
     assert a == b
@@ -110,7 +110,7 @@ def test_sw8_extractive_quotes_are_verbatim_and_attributed():
 
 @pytest.mark.parametrize("budget", [25, 40, 80, 150, 300, 600])
 def test_rv3_extractive_chunk_summary_respects_the_token_budget(budget):
-    """issue 3: the rendered summary (text and quotes) never exceeds its token budget."""
+    """rule OP1: the rendered summary (text and quotes) never exceeds its token budget."""
     counter = get_counter()
     s = summarize_chunk(long_chat(), **limits("chunk_summary", budget_tokens=budget))
     assert s.text.strip()
@@ -345,7 +345,7 @@ def test_rv9d_extractive_save_from_conversation():
     (save_from_conversation(NIGHT, YUKI, **limits("save_from_conversation")), MemoryDraft),
 ], ids=lambda x: getattr(x, "task", ""))
 def test_extractive_run_gives_the_parsers_types_and_is_deterministic(prompt, kind):
-    """issue 3: callers don't care who produced a result: a Task's fallback returns the parser's types,
+    """rule OP1: callers don't care who produced a result: a Task's fallback returns the parser's types,
     and the same prompt gives the same result."""
     result = fallback(prompt)
     assert result == fallback(Prompt.from_payload(prompt.to_payload()))

@@ -1,4 +1,4 @@
-"""Bad input (issue 8): property-based fuzzing of every route, generated from shared_schema/.
+"""Bad input (rule OP7): property-based fuzzing of every route, generated from shared_schema/.
 
 Routes are discovered from the app's URL map, and each view's body/query schema from its source
 (`body("<schema>")`, `query("<schema>")`), so a new route family is fuzzed without a line here.
@@ -276,7 +276,7 @@ def _no_constant(name: str) -> Any:
 
 @pytest.mark.parametrize("route", ROUTES, ids=str)
 def test_fuzz_route_never_5xx_errors_in_envelope_refusals_store_nothing(route: Route, fuzz_app) -> None:
-    """Issue 8 / API.md "Transport": bad input of every kind is refused cleanly (RV17: a refused
+    """Rule OP7 / API.md "Transport": bad input of every kind is refused cleanly (RV17: a refused
     request changes nothing)."""
     app, services, memory_ids = fuzz_app
 
@@ -327,7 +327,7 @@ def raw_http(port: int, request_line: str, headers: dict[str, str], body: bytes 
     "/v1/chats/a%2Fb/turns/..%2F/rollback", "/v1/memories?" + "a=1&" * 2000,
 ])
 def test_hostile_paths_over_a_real_socket_are_refused_in_the_envelope(real_sidecar, target: str) -> None:
-    """Issue 8: ids with path characters reach waitress + Flask as raw bytes: no 5xx, the envelope."""
+    """Rule OP7: ids with path characters reach waitress + Flask as raw bytes: no 5xx, the envelope."""
     method = "POST" if target.endswith("/rollback") else "GET"
     status, body = raw_http(real_sidecar.port, f"{method} {target} HTTP/1.1",
                             {"Authorization": f"Bearer {real_sidecar.token}", "Content-Type": "application/json"},

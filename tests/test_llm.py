@@ -1,4 +1,4 @@
-"""The OpenAI-compatible backend over real HTTP (tests/helpers/fakellm.py), and run_prompt (issue 3: LLM
+"""The OpenAI-compatible backend over real HTTP (tests/helpers/fakellm.py), and run_prompt (rules OP1, OP3: LLM
 modes, retries with backoff, timeouts; rule RV13: replies never wait, so failures must be clear)."""
 
 from __future__ import annotations
@@ -88,13 +88,13 @@ def client(fake: FakeLLM, **kw) -> tuple[OpenAICompatible, Sleeps]:
      "https://generativelanguage.googleapis.com/v1beta/openai/chat/completions"),
 ])
 def test_llm_url_normalisation(given, expected):
-    """issue 3 (openai mode): a base URL with or without /v1 and trailing slash finds the endpoint."""
+    """rule OP3 (openai mode): a base URL with or without /v1 and trailing slash finds the endpoint."""
     assert normalise_url(given) == expected
 
 
 @pytest.mark.parametrize("bad", ["", "   ", "127.0.0.1:5001", "ftp://host/v1"])
 def test_llm_bad_url_is_a_config_error(bad):
-    """issue 3: a URL that cannot work is reported as configuration, naming the setting."""
+    """rule OP3: a URL that cannot work is reported as configuration, naming the setting."""
     with pytest.raises(LLMConfigError, match="llm_url|http"):
         normalise_url(bad)
 
@@ -105,7 +105,7 @@ def test_llm_missing_model_is_a_config_error(fake):
 
 
 def test_llm_base_url_without_v1_reaches_the_server(fake):
-    """issue 3: http://host:port (KoboldCpp/llama.cpp style) is completed to /v1/chat/completions."""
+    """rule OP3: http://host:port (KoboldCpp/llama.cpp style) is completed to /v1/chat/completions."""
     fake.script(["pong"])
     backend = OpenAICompatible(fake.url[: -len("/v1")], "m", **call(sleep=Sleeps()))
     assert backend.complete(MESSAGES, max_tokens=5) == "pong"
@@ -115,7 +115,7 @@ def test_llm_base_url_without_v1_reaches_the_server(fake):
 # --- success ---------------------------------------------------------------------------------
 
 def test_llm_success_sends_the_openai_request(fake):
-    """issue 3 (openai mode): model, messages, max_tokens, temperature 0, no streaming."""
+    """rule OP3 (openai mode): model, messages, max_tokens, temperature 0, no streaming."""
     fake.script(["the answer"])
     backend, sleeps = client(fake)
     assert backend.complete(MESSAGES, max_tokens=42) == "the answer"
@@ -134,7 +134,7 @@ def test_llm_response_format_is_passed_through(fake):
 
 
 def test_llm_authorization_only_when_a_key_is_set(fake):
-    """issue 3: the key goes in a Bearer header; without a key no Authorization header is sent."""
+    """rule OP3: the key goes in a Bearer header; without a key no Authorization header is sent."""
     fake.script(["a", "b"])
     client(fake)[0].complete(MESSAGES, max_tokens=5)
     client(fake, key=KEY)[0].complete(MESSAGES, max_tokens=5)
@@ -151,7 +151,7 @@ def test_llm_list_models(fake):
 # --- retries ---------------------------------------------------------------------------------
 
 def test_llm_retries_after_500_then_succeeds(fake):
-    """issue 3: a 5xx is retried after a backoff; the second attempt's answer is returned."""
+    """rule OP3: a 5xx is retried after a backoff; the second attempt's answer is returned."""
     fake.fail_next(1, 500)
     fake.script(["recovered"])
     backend, sleeps = client(fake, backoff_base=0.5)
@@ -161,7 +161,7 @@ def test_llm_retries_after_500_then_succeeds(fake):
 
 
 def test_llm_backoff_is_exponential_capped_and_jittered(fake):
-    """issue 3: waits double (1, 2, 4, …), never exceed backoff_max, and jitter scales them into
+    """rule OP3: waits double (1, 2, 4, …), never exceed backoff_max, and jitter scales them into
     [0.5, 1] of the ceiling; after `retries` retries the error is raised and is retryable."""
     fake.fail_next(5, 503)
     backend, sleeps = client(fake, retries=4, backoff_base=1.0, backoff_max=3.0)
@@ -175,7 +175,7 @@ def test_llm_backoff_is_exponential_capped_and_jittered(fake):
 
 
 def test_llm_429_honours_retry_after(fake):
-    """issue 3: a 429 with Retry-After waits exactly what the server asked, then retries."""
+    """rule OP3: a 429 with Retry-After waits exactly what the server asked, then retries."""
     fake.fail_next(1, 429, retry_after=7)
     fake.script(["ok after waiting"])
     backend, sleeps = client(fake, backoff_base=0.1)
@@ -184,7 +184,7 @@ def test_llm_429_honours_retry_after(fake):
 
 
 def test_llm_429_with_a_long_retry_after_is_left_to_the_queue(fake):
-    """issue 3: a worker does not sleep for minutes; the error carries retry_after for the queue."""
+    """rule OP3: a worker does not sleep for minutes; the error carries retry_after for the queue."""
     fake.fail_next(1, 429, retry_after=600)
     backend, sleeps = client(fake, retry_after_max=120)
     with pytest.raises(LLMRateLimited) as info:
@@ -195,7 +195,7 @@ def test_llm_429_with_a_long_retry_after_is_left_to_the_queue(fake):
 
 
 def test_llm_retry_after_as_an_http_date(fake):
-    """issue 3: Retry-After may be an HTTP date; it is turned into the seconds left until then."""
+    """rule OP3: Retry-After may be an HTTP date; it is turned into the seconds left until then."""
     when = email.utils.format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), usegmt=True)
     fake.fail_next(1, 429, retry_after=when)
     fake.script(["ok"])
@@ -205,7 +205,7 @@ def test_llm_retry_after_as_an_http_date(fake):
 
 
 def test_llm_503_with_retry_after_waits_as_asked(fake):
-    """issue 3: a server loading its model answers 503 with Retry-After; we wait that long."""
+    """rule OP3: a server loading its model answers 503 with Retry-After; we wait that long."""
     fake.fail_next(1, 503, retry_after=3)
     fake.script(["loaded"])
     backend, sleeps = client(fake, backoff_base=0.1)
@@ -224,7 +224,7 @@ def test_llm_429_without_retry_after_uses_backoff(fake):
 @pytest.mark.parametrize("status, hint", [(400, "llm_json_mode"), (401, "llm_key"),
                                           (403, "llm_key"), (404, "llm_url")])
 def test_llm_4xx_is_not_retried(fake, status, hint):
-    """issue 3: a request the server refuses is not retried; the message says what to check."""
+    """rule OP3: a request the server refuses is not retried; the message says what to check."""
     fake.fail_next(1, status)
     backend, sleeps = client(fake, key=KEY)
     with pytest.raises(LLMRejected, match=hint) as info:
@@ -235,7 +235,7 @@ def test_llm_4xx_is_not_retried(fake, status, hint):
 
 
 def test_llm_timeout_is_retried_then_reported(fake):
-    """issue 3: a server slower than the read timeout is a retryable LLMUnavailable naming the setting."""
+    """rule OP3: a server slower than the read timeout is a retryable LLMUnavailable naming the setting."""
     fake.delay = 0.6
     backend, sleeps = client(fake, timeout=(1.0, 0.2), retries=1)
     with pytest.raises(LLMUnavailable, match="llm_read_timeout") as info:
@@ -246,7 +246,7 @@ def test_llm_timeout_is_retried_then_reported(fake):
 
 
 def test_llm_connection_refused_is_unavailable():
-    """issue 3: nothing listening -> LLMUnavailable after the retries, with a hint to check the URL."""
+    """rule OP3: nothing listening -> LLMUnavailable after the retries, with a hint to check the URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # free now: nobody listens on it once closed
@@ -259,7 +259,7 @@ def test_llm_connection_refused_is_unavailable():
 
 
 def test_llm_key_never_appears_in_errors_logs_or_repr(fake, caplog):
-    """issue 3: the API key is never logged nor put in an error message."""
+    """rule OP3: the API key is never logged nor put in an error message."""
     caplog.set_level(logging.DEBUG)
     fake.fail_next(2, 500)
     fake.fail_next(1, 401)
@@ -273,7 +273,7 @@ def test_llm_key_never_appears_in_errors_logs_or_repr(fake, caplog):
 
 
 def test_llm_key_echoed_by_the_server_is_blanked(canned_status):
-    """issue 3: a server that echoes the key in its error text does not leak it into our message."""
+    """rule OP3: a server that echoes the key in its error text does not leak it into our message."""
     url = canned_status(401, json.dumps({"error": {"message": f"Incorrect API key provided: {KEY}"}}).encode())
     backend = OpenAICompatible(url, "m", KEY, **call(sleep=Sleeps()))
     with pytest.raises(LLMRejected) as info:
@@ -289,7 +289,7 @@ def test_llm_408_is_retried(fake):
 
 
 def test_llm_url_credentials_are_redacted():
-    """issue 3: user:password or ?key= in a configured URL never reach messages."""
+    """rule OP3: user:password or ?key= in a configured URL never reach messages."""
     backend = OpenAICompatible("http://user:pw@127.0.0.1:9/v1?key=abc", "m",
                                **call(retries=0, timeout=(0.5, 0.5), sleep=Sleeps()))
     with pytest.raises(LLMUnavailable) as info:
@@ -341,7 +341,7 @@ def canned(canned_status):
 
 
 def test_llm_html_answer_is_a_bad_response(canned):
-    """issue 3: a URL pointing at a web page (not the API) says so instead of failing obscurely."""
+    """rule OP3: a URL pointing at a web page (not the API) says so instead of failing obscurely."""
     url = canned(b"<html>KoboldAI Lite</html>", "text/html")
     with pytest.raises(LLMBadResponse, match="not JSON") as info:
         OpenAICompatible(url, "m", **call(sleep=Sleeps())).complete(MESSAGES, max_tokens=5)
@@ -356,7 +356,7 @@ def test_llm_empty_completion_is_a_retryable_bad_response(canned):
 
 
 def test_llm_answer_cut_at_max_tokens_is_reported_as_such(canned):
-    """issue 3: JSON broken because the model hit max_tokens says so (retrying cannot help)."""
+    """rule OP2: JSON broken because the model hit max_tokens says so (retrying cannot help)."""
     body = {"choices": [{"message": {"content": '{"summary": "Ayla went'}, "finish_reason": "length"}]}
     backend = OpenAICompatible(canned(json.dumps(body).encode()), "m", **call(sleep=Sleeps()))
     prompt = chunk_summary([ChatMessage("a", "Ayla", "I went home.")], **limits("chunk_summary"))
@@ -372,7 +372,7 @@ CHUNK = [ChatMessage("id-1", "Sam", "Call me Red. I will be back at dawn.", "use
 
 
 def test_llm_run_prompt_openai_mode_renders_completes_parses(fake):
-    """issue 3 (openai mode): render -> complete over HTTP -> strict parse, labels mapped to ids."""
+    """rules OP1, OP2 (openai mode): render -> complete over HTTP -> strict parse, labels mapped to ids."""
     fake.script([json.dumps({"summary": "Sam asked to be called Red and promised to return at dawn.",
                              "quotes": [{"speaker": "Ayla", "text": "Then I'll wait by the gate",
                                          "message": "m2"}]})])
@@ -387,7 +387,7 @@ def test_llm_run_prompt_openai_mode_renders_completes_parses(fake):
 
 
 def test_llm_garbage_answer_is_a_parse_error_and_nothing_is_returned(fake):
-    """issue 3: a malformed answer fails the job with a clear error (PromptParseError)."""
+    """rule OP2: a malformed answer fails the job with a clear error (PromptParseError)."""
     fake.garbage_next(1)
     backend, _ = client(fake)
     with pytest.raises(PromptParseError, match="chunk_summary"):
@@ -395,7 +395,7 @@ def test_llm_garbage_answer_is_a_parse_error_and_nothing_is_returned(fake):
 
 
 def test_llm_run_prompt_extractive_mode_needs_no_server():
-    """issue 3 (extractive mode): no backend -> the extractive result, same type as the parser's."""
+    """rule OP1 (extractive mode): no backend -> the extractive result, same type as the parser's."""
     prompt = chunk_summary(CHUNK, **limits("chunk_summary"))
     result = run_prompt(prompt, None)
     assert isinstance(result, Summary)
@@ -403,7 +403,7 @@ def test_llm_run_prompt_extractive_mode_needs_no_server():
 
 
 def test_llm_client_mode_payload_round_trip(fake):
-    """issue 3 (client mode): the job carries Prompt.to_payload(); the extension's text comes back
+    """rule OP1 (client mode): the job carries Prompt.to_payload(); the extension's text comes back
     and goes through the same parser (here the text comes from the fake model over HTTP)."""
     payload = json.loads(json.dumps(chunk_summary(CHUNK, **limits("chunk_summary")).to_payload()))
     fake.script([json.dumps({"summary": "Red will return at dawn.", "quotes": []})])
@@ -425,7 +425,7 @@ def test_llm_run_prompt_json_mode(fake):
 
 
 def test_llm_make_backend_per_mode(fake, tmp_path):
-    """issue 3: the three LLM modes — openai gets a client, extractive none, client none server-side."""
+    """rule OP1: the three LLM modes — openai gets a client, extractive none, client none server-side."""
     base = {"data_dir": str(tmp_path)}
     openai = load_settings({**base, "llm_mode": "openai", "llm_url": fake.url, "llm_model": "m"}, environ={})
     backend = llm.make_backend(openai, sleep=Sleeps())
@@ -438,7 +438,7 @@ def test_llm_make_backend_per_mode(fake, tmp_path):
 
 
 def test_llm_backend_from_settings(fake, tmp_path):
-    """issue 3: the mode and the llm_* settings build the backend; extractive and client need none."""
+    """rule OP1: the mode and the llm_* settings build the backend; extractive and client need none."""
     from server_plugin.settings import SettingsError
     base = {"data_dir": str(tmp_path)}
     assert llm.backend_from_settings(load_settings(base, environ={})) is None

@@ -1,4 +1,4 @@
-"""Export and import of the whole store (issue 8): `GET /v1/export`, `POST /v1/import`,
+"""Export and import of the whole store (rule OP8): `GET /v1/export`, `POST /v1/import`,
 `chronicler export` / `chronicler import`.
 
 The round trip is exact (export -> import into a fresh store -> export gives the same bytes), the

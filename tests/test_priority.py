@@ -1,4 +1,4 @@
-"""Requests first (issue 5: the context call must stay fast while background jobs run): the API
+"""Requests first (rule OP4: the context call must stay fast while background jobs run): the API
 counts the requests in flight and background work steps aside between its steps."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Prompts and their strict parsers (issue 3: "a malformed answer fails the job with a clear error,
-never stores garbage"; issue 4: extraction formats SW4, SW5, SW8, SW9b; rules RV3, RV9c, RV9d,
+"""Prompts and their strict parsers (rule OP2: a malformed answer fails the job with a clear error and stores
+nothing; the extraction formats of SW4, SW5, SW8, SW9b; rules RV3, RV9c, RV9d,
 RV13, RV18, SW2, SW3)."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def q(speaker, text, label):
 # --- JSON extraction -------------------------------------------------------------------------
 
 def test_parse_accepts_bare_fenced_and_prose_wrapped_json():
-    """issue 3: a ```json fence, or prose around one object, is unambiguous and accepted."""
+    """rule OP2: a ```json fence, or prose around one object, is unambiguous and accepted."""
     obj = {"summary": "x", "quotes": []}
     assert extract_json(json.dumps(obj)) == obj
     assert extract_json("```json\n" + json.dumps(obj) + "\n```") == obj
@@ -93,13 +93,13 @@ def test_parse_accepts_bare_fenced_and_prose_wrapped_json():
     ('{"summary": "cut off', "not closed"),
 ])
 def test_parse_rejects_ambiguous_or_broken_json(bad, reason):
-    """issue 3: anything that is not exactly one JSON object is rejected with a reason."""
+    """rule OP2: anything that is not exactly one JSON object is rejected with a reason."""
     with pytest.raises(ValueError, match=reason):
         extract_json(bad)
 
 
 def test_parse_error_names_the_task_and_quotes_the_answer():
-    """issue 3: the error is a sentence a person can act on: task, reason, start of the answer."""
+    """rule OP2: the error is a sentence a person can act on: task, reason, start of the answer."""
     with pytest.raises(PromptParseError) as info:
         parse(chunk_summary(CHAT, **limits("chunk_summary")), GARBAGE)
     message = str(info.value)
@@ -124,7 +124,7 @@ ALL_TASKS = [
 
 @pytest.mark.parametrize("prompt", ALL_TASKS, ids=lambda p: p.task)
 def test_every_parser_rejects_garbage_and_empty_objects(prompt):
-    """issue 3: for every task, the fake model's garbage and an empty object are parse errors."""
+    """rule OP2: for every task, the fake model's garbage and an empty object are parse errors."""
     for bad in (GARBAGE, "{}", '{"unexpected": true}'):
         with pytest.raises(PromptParseError):
             parse(prompt, bad)
@@ -132,7 +132,7 @@ def test_every_parser_rejects_garbage_and_empty_objects(prompt):
 
 @pytest.mark.parametrize("prompt", ALL_TASKS, ids=lambda p: p.task)
 def test_every_prompt_states_its_format_and_round_trips(prompt):
-    """issue 3 (client mode): each prompt asks for JSON, carries its schema, and survives the
+    """rules OP1, OP2 (client mode): each prompt asks for JSON, carries its schema, and survives the
     JSON round trip a job row and the extension impose."""
     assert "JSON" in prompt.system
     assert prompt.json_schema == TASKS[prompt.task].schema
@@ -143,7 +143,7 @@ def test_every_prompt_states_its_format_and_round_trips(prompt):
 
 
 def test_client_mode_generate_raw_arguments():
-    """issue 3 (client mode): the extension gets generateRaw's arguments, nothing of the chat."""
+    """rules OP1, OP2 (client mode): the extension gets generateRaw's arguments, nothing of the chat."""
     prompt = ALL_TASKS[0]
     args = prompt.for_client()
     assert args["systemPrompt"] == prompt.system and args["prompt"] == prompt.user
@@ -204,7 +204,7 @@ def test_sw8_chunk_summary_drops_a_fabricated_quote_and_counts_it():
     ({"summary": "x", "quotes": [{"speaker": "Ayla", "text": "I promise"}]}, "'message' is a required"),
 ])
 def test_rv3_chunk_summary_malformed_answers_are_rejected(bad, reason):
-    """issue 3: wrong types, missing or unknown keys, blank text and uncited labels fail the parse."""
+    """rule OP2: wrong types, missing or unknown keys, blank text and uncited labels fail the parse."""
     with pytest.raises(PromptParseError, match=reason):
         parse(chunk_summary(CHAT, **limits("chunk_summary")), answer(bad))
 

@@ -1,4 +1,4 @@
-"""The bearer token is compared in constant time (issue 8, rule RV17)."""
+"""The bearer token is compared in constant time (rules OP6, RV17)."""
 
 from __future__ import annotations
 

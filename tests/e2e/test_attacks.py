@@ -1,4 +1,4 @@
-"""Attacks from a browser (issue 8, rule RV17): a hostile page in Debian's Chromium against a running sidecar.
+"""Attacks from a browser (rules OP6, RV17): a hostile page in Debian's Chromium against a running sidecar.
 
 The sidecar allows exactly one origin, `http://127.0.0.1:<A>` (standing in for SillyTavern). Pages are
 served by a small HTTP server on loopback: the allowed origin itself (for the positive control), the

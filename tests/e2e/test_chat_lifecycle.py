@@ -1,4 +1,4 @@
-"""A chat renamed or deleted in SillyTavern follows in the sidecar (issue 6: CHAT_RENAMED,
+"""A chat renamed or deleted in SillyTavern follows in the sidecar (CHAT_RENAMED,
 CHAT_DELETED), with SillyTavern's own slash commands /renamechat and /delchat."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The extension fails open when the sidecar hangs or answers errors (issue 8, rule DC2).
+"""The extension fails open when the sidecar hangs or answers errors (rules OP9, DC2).
 
 Real SillyTavern + Chromium + the extension. The extension's sidecar URL points at:
 - a "sidecar" that accepts TCP connections and never answers a byte (a hung process: the

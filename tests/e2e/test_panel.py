@@ -656,7 +656,7 @@ def test_qs_context_tab_explains_the_last_generation(st: STPage, sidecar: Sideca
             # the restored one, or later tests (a page reload reads the saved settings) inherit it.
             save_settings(st)
         report = st.evaluate("() => window.chronicler.stats.lastReport")
-    else:  # the route is being built (issue 5): the same report, from the real assembler
+    else:  # a sidecar without POST /v1/context: the same report, from the real assembler
         report = context_report(st, sidecar, avatar, context_tokens=900)
         show_report(st, report)
     assert report and report["sections"]

@@ -1,4 +1,4 @@
-"""Issue 6's end-to-end scenario in real SillyTavern with the real sidecar (DC2, RV2, RV5, RV10,
+"""The end-to-end scenario in real SillyTavern with the real sidecar (DC2, RV2, RV5, RV10,
 RV11, SW9b): what reaches the model each turn is read from the fake model's request log.
 
 Needs the sidecar's POST /v1/context; on a sidecar without it these tests are skipped with that
