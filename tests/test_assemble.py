@@ -1,4 +1,4 @@
-"""The pure assembler (server_plugin/assemble.py): rules QS1-QS8, RV11, SW1-SW3, token for token.
+"""The pure assembler (server_plugin/core/assemble/): rules QS1-QS8, RV11, SW1-SW3, token for token.
 
 Every expectation is computed with the real counter (`tokens.get_counter()`), on the exact texts
 the assembler emits. Filler texts use words that are one token each ("apple apple ..."), so a cut

@@ -1,4 +1,4 @@
-"""The ranking core of search (server_plugin/ranking.py): rules SW6 (semantic search finds what
+"""The ranking core of search (server_plugin/retrieval/ranking/): rules SW6 (semantic search finds what
 was meant, hybrid beats each single method) and SW9b (what a viewer may not see does not move
 what it sees)."""
 

@@ -1,4 +1,4 @@
-"""Trigger matching, the scan window and presence (rules QS5, QS6, SW1) — server_plugin/triggers.py."""
+"""Trigger matching, the scan window and presence (rules QS5, QS6, SW1) — server_plugin/core/triggers.py."""
 
 import re
 

@@ -325,7 +325,7 @@ def m004_lore_and_context(conn: Connection) -> None:
 
     -- Change counters: every write to these tables bumps its counter (by trigger, whoever
     -- writes), so what is read every turn can be kept until its own tables change
-    -- (server_plugin/changes.py): lore, the cast, the memories and the chats with their members.
+    -- (server_plugin/store/changes.py): lore, the cast, the memories and the chats with their members.
     CREATE TABLE generations (name TEXT PRIMARY KEY, n INTEGER NOT NULL DEFAULT 0);
     INSERT INTO generations(name, n) VALUES ('lore', 0), ('characters', 0), ('memories', 0),
         ('chats', 0);
