@@ -29,6 +29,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from server_plugin.core.text import BM25_STOP_WORDS  # noqa: E402
 from server_plugin.retrieval import ranking as R  # noqa: E402
 from server_plugin.retrieval.search import params_of  # noqa: E402
 from server_plugin.settings import defaults  # noqa: E402
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ts = []
     for q in queries[:100]:
-        words = [w for w in R.tokenize(q.text) if w not in R.STOPWORDS]
+        words = [w for w in R.tokenize(q.text) if w not in BM25_STOP_WORDS]
         if not words:
             continue
         match = " OR ".join(f'"{w}"' for w in words)

@@ -1,7 +1,8 @@
 """Whole-word trigger matching, the story-card scan window (QS6) and who is present (SW1).
 
-Pure helpers: stdlib only, no database, no clock. `assemble.py` uses them for story cards;
-`context.py` uses `present_characters` to decide whose sheets to load before it calls the assembler.
+Pure helpers: the stdlib and `core.text` only, no database, no clock. `assemble.py` uses them for
+story cards; `context.py` uses `present_characters` to decide whose sheets to load before it calls
+the assembler.
 
 Matching rule (one rule for lore triggers and character names): case-insensitive, whitespace runs
 count as one space, and the trigger must stand as whole words — not preceded or followed by a
@@ -16,13 +17,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Sequence
 
-_SPACES = re.compile(r"\s+")
+from .text import fold
 
 
 @lru_cache(maxsize=2048)  # the live window's texts come back every turn
 def normalize(text: str) -> str:
-    """The form both sides are matched in: casefolded, whitespace runs collapsed to one space."""
-    return _SPACES.sub(" ", text).strip().casefold()
+    """The form both sides are matched in: `core.text.fold` (casefolded, whitespace runs
+    collapsed to one space)."""
+    return fold(text)
 
 
 @lru_cache(maxsize=16384)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
+from ..core.text import MONTHS
 from ..errors import Unprocessable
 from ..hooks import Hooks
 from ..store.db import Connection, Database, dumps, loads
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
     from ..services import Services
 
 MAX_PASSAGES = 16  # passage rowids are doc id * MAX_PASSAGES + n
-MONTHS = "January February March April May June July August September October November December".split()
 
 
 @dataclass(frozen=True)

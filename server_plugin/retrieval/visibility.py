@@ -31,12 +31,12 @@ those `known_by` values (a told event's grant, or its undoing) and its own grant
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from typing import Any, Collection, Iterable, Sequence
 
 import numpy as np
 
+from ..core.text import fold
 from ..store.db import Connection, dumps, loads
 from . import docs as index
 
@@ -169,7 +169,7 @@ class ItemRef:
 
 def secret_ref(character_id: str, text: str) -> str:
     """The ref of a sheet secret: a hash of its text (whitespace and case folded) and its owner."""
-    digest = hashlib.sha1(" ".join(text.casefold().split()).encode()).hexdigest()[:12]
+    digest = hashlib.sha1(fold(text).encode()).hexdigest()[:12]
     return f"{digest}:{character_id}"
 
 
@@ -374,16 +374,3 @@ def secrets_among(conn: Connection, member_ids: Iterable[str]) -> list[Secret]:
                 out.append(Secret(ItemRef(SHEET_SECRET, secret_ref(row["id"], secret["text"])),
                                   secret["text"], knowers, row["updated_at"]))
     return out
-
-
-_WORD = re.compile(r"[^\W\d_]{4,}")
-_STOP = frozenset("""about above after again also been before being below between both could does
-doing down during each from further have having here into just more most once only other over
-same should some such than that their them then there these they this those through under until
-very what when where which while will with would your""".split())
-
-
-def content_words(text: str, ignore: Iterable[str] = ()) -> set[str]:
-    """Lower-cased words of 4+ letters that carry meaning, minus `ignore` (e.g. the cast's names)."""
-    skip = {w.casefold() for w in ignore} | _STOP
-    return {w for w in _WORD.findall(text.casefold()) if w not in skip}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..core.text import fold
 from ..errors import ChroniclerError
 from ..hooks import Hooks
 from ..jobs import queue
@@ -95,8 +96,8 @@ def _prepare(svc: Services, job: queue.Job, result: Extraction) -> None:
 
 
 def _saved(conn: Connection, draft: MemoryDraft) -> bool:
-    fold = " ".join(draft.text.casefold().split())
-    return any(" ".join(t.casefold().split()) == fold
+    folded = fold(draft.text)
+    return any(fold(t) == folded
                for t in memories.scope_texts(conn, draft.scope, draft.character_id))
 
 

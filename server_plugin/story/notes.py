@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Sequence
 
+from ..core.text import fold
 from ..errors import Conflict, NotFound, Unprocessable
 from ..services import Services
 from ..store.db import Connection
@@ -124,12 +125,12 @@ def apply_session(svc: Services, conn: Connection, chat_id: str, proposals: Sequ
                   job_id: str) -> dict[str, list[str]]:
     """What a session-end job says about the notes: new open threads (a thread already noted, by
     the same words, is not added twice) and open notes now resolved. Inside a write."""
-    known = {_fold(r[0]) for r in conn.execute("SELECT text FROM notes WHERE chat_id=?", (chat_id,))}
+    known = {fold(r[0]) for r in conn.execute("SELECT text FROM notes WHERE chat_id=?", (chat_id,))}
     added = []
     for proposal in proposals:
-        if _fold(proposal.text) in known:
+        if fold(proposal.text) in known:
             continue
-        known.add(_fold(proposal.text))
+        known.add(fold(proposal.text))
         text = proposal.text[:svc.settings.note_max_chars]
         added.append(_insert(svc, conn, chat_id, text, int(proposal.priority), "job",
                              session_n=session_n, turn_id=turn_id, job_id=job_id))
@@ -142,10 +143,6 @@ def apply_session(svc: Services, conn: Connection, chat_id: str, proposals: Sequ
         if changed:
             resolved.append(note_id)
     return {"notes_added": added, "notes_resolved": resolved}
-
-
-def _fold(text: str) -> str:
-    return " ".join(text.casefold().split())
 
 
 def rollback_turn(conn: Connection, chat_id: str, turn_id: str) -> dict[str, int]:

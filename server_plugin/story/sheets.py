@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..core.text import fold, sentence_ends
 from ..hooks import Hooks
 from ..jobs import queue
 from ..jobs.queue import JobKinds
@@ -80,7 +81,6 @@ def render(character: dict[str, Any], viewer_id: str | None) -> str:
 # --- minimal drafts, no model -----------------------------------------------------------------
 DRAFTS_KIND = "sheet_drafts"
 QUOTE_MAX_CHARS = 200
-_SENTENCE_END = re.compile(r"(?<=[.!?…])\s")
 
 
 def character_id_for(name: str) -> str:
@@ -105,7 +105,7 @@ def _line(text: str) -> str:
     if len(text) <= QUOTE_MAX_CHARS:
         return text
     cut = text[:QUOTE_MAX_CHARS]
-    ends = [m.start() for m in _SENTENCE_END.finditer(cut)]
+    ends = sentence_ends(cut)
     return cut[:ends[-1]] if ends else cut.rsplit(" ", 1)[0] + "…"
 
 
@@ -169,7 +169,7 @@ def _known(conn: Connection) -> tuple[set[str], dict[str, str]]:
     for character_id, name, aliases in characters.names(conn):
         ids.add(character_id)
         for each in [name, *aliases]:
-            names.setdefault(" ".join(each.split()).casefold(), character_id)
+            names.setdefault(fold(each), character_id)
     return ids, names
 
 
@@ -248,7 +248,7 @@ def _draft_target(conn: Connection, name: str) -> tuple[str | None, str]:
     since the prompt was built takes it; otherwise a new character whose id is the name's slug,
     unless another character already holds that id."""
     _, names = _known(conn)
-    known = names.get(" ".join(name.split()).casefold())
+    known = names.get(fold(name))
     if known is not None:
         return known, ""
     character_id = character_id_for(name)

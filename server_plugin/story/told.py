@@ -20,6 +20,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..core.quotes import Quote, verify_quotes
+from ..core.text import RELATED_STOP_WORDS, content_words
 from ..hooks import Hooks
 from ..jobs import queue
 from ..jobs.queue import JobKinds
@@ -67,10 +68,10 @@ def related_secrets(svc: Services, conn: Connection, cast: Sequence[CharacterRef
     """The secrets (some of the cast know them, some not) sharing the most words with the
     messages, at most `told_secrets_max`, newest first among equals. Names do not count."""
     names = [n for c in cast for n in (c.name, *c.aliases)]
-    said = visibility.content_words(" ".join(r["text"] for r in rows), names)
+    said = content_words(" ".join(r["text"] for r in rows), RELATED_STOP_WORDS, names)
     scored = []
     for secret in visibility.secrets_among(conn, [c.id for c in cast]):
-        overlap = len(visibility.content_words(secret.text, names) & said)
+        overlap = len(content_words(secret.text, RELATED_STOP_WORDS, names) & said)
         if overlap:
             scored.append((overlap, secret.updated_at, secret))
     scored.sort(key=lambda x: (x[0], x[1]), reverse=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from ...core.quotes import Quote, find_speech, verify_quotes
+from ...core.text import roleplay_sentences
 
 if TYPE_CHECKING:
     from ...core.tokens import TokenCounter
@@ -32,8 +33,6 @@ CUES = re.compile(
     r"love\w*|hate\w*|will|won't|going to|need to|have to)\b", re.IGNORECASE)
 _NUMBER = re.compile(r"\d")
 _CAPITAL = re.compile(r"\b[A-Z][\w'’-]+")
-# A sentence ends at . ! ? … before a space and a non-lowercase letter ("2 a.m. because" goes on).
-_SENTENCE_END = re.compile(r"(?<=[.!?…])[*_)\]]*\s+(?=[^a-z])|\s*\n+\s*")
 _NOT_NAMES = {"I", "I'm", "I’m", "I'll", "I’ll", "I'd", "I’d", "I've", "I’ve", "The", "A", "An",
               "And", "But", "Then", "She", "He", "They", "We", "You", "It", "My", "Your", "His",
               "Her", "Their", "Our", "This", "That", "What", "Why", "How", "When", "Where", "Yes",
@@ -55,10 +54,6 @@ class Unit:
     group: int = 0  # pieces of one stretch of speech share a group (rendered inside one pair of marks)
 
 
-def _clean(piece: str) -> str:
-    return piece.strip().strip("*_").strip()
-
-
 def units_of(messages: Sequence[ChatMessage]) -> list[Unit]:
     """Split messages into narration sentences and speech (quoted, or a player's unmarked line)."""
     out: list[Unit] = []
@@ -67,25 +62,18 @@ def units_of(messages: Sequence[ChatMessage]) -> list[Unit]:
         spans = find_speech(m.text)
         if not spans and m.role == "user" and "*" not in m.text:
             # A player's plain line is what they said (SillyTavern habit): keep it as speech.
-            pieces = [(s, True, 0) for s in sentences(m.text)]
+            pieces = [(s, True, 0) for s in roleplay_sentences(m.text)]
         else:
             cursor = 0
             for k, span in enumerate(spans):
-                pieces += [(s, False, -1) for s in sentences(m.text[cursor:span.outer_start])]
+                pieces += [(s, False, -1) for s in roleplay_sentences(m.text[cursor:span.outer_start])]
                 pieces.append((span.text.strip(), True, k))
                 cursor = span.outer_end
-            pieces += [(s, False, -1) for s in sentences(m.text[cursor:])]
+            pieces += [(s, False, -1) for s in roleplay_sentences(m.text[cursor:])]
         speaker = m.speaker or m.role
         for j, (text, speech, group) in enumerate(x for x in pieces if x[0]):
             out.append(Unit(i, j, m.id, speaker, text, speech, group))
     return out
-
-
-def sentences(text: str) -> list[str]:
-    """The sentences of `text`, stripped of emphasis marks."""
-    parts = (_clean(s) for s in _SENTENCE_END.split(text))
-    # A bare quotation mark or "said." left between two speeches is not a sentence.
-    return [s for s in parts if sum(ch.isalnum() for ch in s) >= 2]
 
 
 def score(unit: Unit, names: set[str]) -> float:

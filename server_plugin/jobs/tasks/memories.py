@@ -10,6 +10,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from ...core.text import fold, roleplay_sentences
 from . import extractive as ex
 from .base import (
     ANSWER_RULE,
@@ -61,10 +62,6 @@ _DURABLE_LINE = (
     "someone's life. NOT moods, NOT plot progress, NOT changing relationships: those belong in "
     "summaries."
 )
-
-
-def _fold(text: str) -> str:
-    return " ".join(text.casefold().split())
 
 
 def _character(row: dict[str, Any] | None) -> CharacterRef | None:
@@ -130,7 +127,7 @@ def _scope(task: str, answer: str, scope: str, character_id: str | None) -> None
 def _parse_durable(inputs: dict[str, Any], data: dict[str, Any], answer: str) -> Extraction:
     task = "durable_memories"
     messages, characters, ml, cl = cast_labels(task, inputs, answer)
-    existing = {_fold(t) for t in inputs["existing"]}
+    existing = {fold(t) for t in inputs["existing"]}
     items, dropped = [], []
     for raw in data["memories"]:
         cid = cl.one(raw["character"]) if raw["character"] is not None else None
@@ -138,10 +135,10 @@ def _parse_durable(inputs: dict[str, Any], data: dict[str, Any], answer: str) ->
         text = checked_text(task, answer, raw["text"], "a memory's text", inputs["max_chars"])
         draft = MemoryDraft(text, raw["scope"], cid, raw["kind"],
                             ml.many(raw["messages"], nonempty=True, field_name="a memory"))
-        if _fold(text) in existing:
+        if fold(text) in existing:
             dropped.append(f"already saved: {text[:80]}")
         else:
-            existing.add(_fold(text))
+            existing.add(fold(text))
             items.append(draft)
     dropped += [f"over the limit of {inputs['max_items']}: {d.text[:80]}"
                 for d in items[inputs["max_items"]:]]
@@ -200,13 +197,13 @@ def _facts(messages: Sequence[ChatMessage], characters: Sequence[CharacterRef], 
 
 
 def _dedupe(drafts: Iterable[MemoryDraft], existing: Iterable[str]) -> tuple[list[MemoryDraft], list[str]]:
-    seen = {_fold(t) for t in existing}
+    seen = {fold(t) for t in existing}
     kept, dropped = [], []
     for d in drafts:
-        if _fold(d.text) in seen:
+        if fold(d.text) in seen:
             dropped.append(f"already saved: {d.text[:80]}")
         else:
-            seen.add(_fold(d.text))
+            seen.add(fold(d.text))
             kept.append(d)
     return kept, dropped
 
@@ -293,7 +290,8 @@ def extract_from_description(description: str, character: CharacterRef | None, *
     """RV9c without a model: one memory per sentence of the person's description (never the chat)."""
     text = _check_description(description, description_max_chars)
     scope, cid = ("character", character.id) if character else ("global", None)
-    drafts = [MemoryDraft(_cut(s, max_chars), scope, cid, _kind_of(s)) for s in ex.sentences(text)]
+    drafts = [MemoryDraft(_cut(s, max_chars), scope, cid, _kind_of(s))
+              for s in roleplay_sentences(text)]
     if not drafts:
         drafts = [MemoryDraft(_cut(text, max_chars), scope, cid, "fact")]
     dropped = tuple(f"over the limit of {max_items}: {d.text[:80]}" for d in drafts[max_items:])

@@ -5,11 +5,11 @@ found by word overlap)."""
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ...core.quotes import Quote, verify_quotes
+from ...core.text import RETOLD_STOP_WORDS, content_words
 from . import extractive as ex
 from .base import (
     ANSWER_RULE,
@@ -115,23 +115,13 @@ def _parse_told(inputs: dict[str, Any], data: dict[str, Any], answer: str) -> Ex
     return Extraction(tuple(items[:inputs["max_events"]]), tuple(dq), tuple(dropped))
 
 
-_STOP = set("""about above after again against also among because been before being below between
-both could does doing down during each from further have having here herself himself into itself
-just more most myself once only other ourselves over same should some such than that their theirs
-them themselves then there these they this those through under until very what when where which
-while whom will with would your yours yourself""".split())
-
-
-def _content_words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[^\W\d_]{4,}", text.casefold()) if w not in _STOP}
-
-
 def extract_told(messages: Sequence[ChatMessage], characters: Sequence[CharacterRef],
                  secrets: Sequence[SecretInput], *, max_events: int,
                  min_overlap: float = 0.6) -> Extraction:
     """"X told Y about Z" by word overlap (SW9b): a character who knows a secret speaks a sentence
-    holding most of the secret's content words (at least `min_overlap` of them, and at least 2),
-    in front of chat members who did not know it. The sentence is the evidence, verified verbatim.
+    holding most of the secret's content words (`core.text.content_words` with the retelling stop
+    words; at least `min_overlap` of them, and at least 2), in front of chat members who did not
+    know it. The sentence is the evidence, verified verbatim.
 
     Weak without a model: it sees only near-literal retellings, never hints or paraphrase.
     """
@@ -139,7 +129,7 @@ def extract_told(messages: Sequence[ChatMessage], characters: Sequence[Character
     done: set[tuple[str, str]] = set()
     units = ex.units_of(messages)
     for s in secrets:
-        words = _content_words(s.text)
+        words = content_words(s.text, RETOLD_STOP_WORDS)
         if len(words) < 2:
             continue
         need_words = max(2, math.ceil(len(words) * min_overlap))
@@ -148,7 +138,7 @@ def extract_told(messages: Sequence[ChatMessage], characters: Sequence[Character
             if teller is None or teller.id not in s.known_by:
                 continue
             listeners = tuple(c.id for c in characters if c.id not in s.known_by and c.id != teller.id)
-            if not listeners or len(words & _content_words(u.text)) < need_words:
+            if not listeners or len(words & content_words(u.text, RETOLD_STOP_WORDS)) < need_words:
                 continue
             if (s.id, teller.id) in done:
                 continue

@@ -47,7 +47,6 @@ from .score import (
     zscore,
 )
 from .text import (
-    STOPWORDS,
     Cast,
     analyze,
     chunks,
@@ -77,7 +76,6 @@ __all__ = [
     "Query",
     "RankingParams",
     "SPREAD_CACHE_TERMS",
-    "STOPWORDS",
     "TermIndex",
     "analyze",
     "bm25",

@@ -8,16 +8,12 @@ from typing import Sequence
 
 import numpy as np
 
+from ...core.text import MONTHS
+
 # ---------------------------------------------------------------------------------------------
 # Dates named in a query (a prior for items dated near them)
 
-_MONTHS = {
-    m: i
-    for i, m in enumerate(
-        "january february march april may june july august september october november december".split(),
-        start=1,
-    )
-}
+_MONTHS = {m.lower(): i for i, m in enumerate(MONTHS, start=1)}  # in calendar order: _MONTH_RE's order
 _MONTH_RE = "(" + "|".join(_MONTHS) + "|" + "|".join(m[:3] for m in _MONTHS) + r")\.?"
 _DAY_MONTH_YEAR = re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH_RE},?\s+(\d{{4}})\b", re.I)
 _MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH_RE}\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}})\b", re.I)

@@ -1,5 +1,6 @@
 """Text analysis for ranking (SW6): BM25 terms, names taken out of what is embedded, query
-rewriting, temporal cues, sentences and passages. Pure functions."""
+rewriting, temporal cues and passages. Pure functions. The rules every room shares (the BM25 stop
+words, the sentence splitter passages are cut with, month names) are in core/text."""
 
 from __future__ import annotations
 
@@ -11,21 +12,10 @@ from typing import Iterable, Mapping
 
 import snowballstemmer
 
+from ...core.text import BM25_STOP_WORDS, MONTHS, sentences
+
 # ---------------------------------------------------------------------------------------------
 # Text analysis (BM25 side)
-
-# A small English stop list: function words only. Names, numbers and content words stay.
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before
-    being below between both but by can could did do does doing down during each few for from
-    further had has have having he her here hers herself him himself his how i if in into is it
-    its itself just me more most my myself no nor not now of off on once only or other our ours
-    ourselves out over own same she should so some such than that the their theirs them
-    themselves then there these they this those through to too under until up very was we were
-    what when where which while who whom why will with would you your yours yourself yourselves
-    im ive id ill youre youve theyre thats dont didnt doesnt isnt wasnt cant wont also really
-    oh yeah hey hi wow""".split()
-)
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _POSSESSIVE = re.compile(r"['’]s$")
@@ -53,7 +43,7 @@ def analyze(text: str, *, bigrams: bool = False) -> Counter[str]:
     Bigrams join two consecutive content stems with "_" (stop words are skipped first, so
     "support group" and "support the group" share the bigram "support_group").
     """
-    stems = [stem(w) for w in tokenize(text) if w not in STOPWORDS]
+    stems = [stem(w) for w in tokenize(text) if w not in BM25_STOP_WORDS]
     counts = Counter(stems)
     if bigrams:
         counts.update(f"{a}_{b}" for a, b in zip(stems, stems[1:]))
@@ -188,10 +178,9 @@ _TEMPORAL_QUERY = re.compile(
 _TEMPORAL_WORDS = frozenset(
     """yesterday today tonight tomorrow ago last next recently lately weekend week weeks month
     months year years morning evening afternoon night earlier later soon since before after
-    monday tuesday wednesday thursday friday saturday sunday january february march april may june
-    july august september october november december christmas birthday anniversary summer winter
-    spring autumn fall""".split()
-)
+    monday tuesday wednesday thursday friday saturday sunday christmas birthday anniversary summer
+    winter spring autumn fall""".split()
+) | {m.lower() for m in MONTHS}  # tokenize lower-cases, so the month names are matched lower-case
 
 
 def is_temporal_query(query: str) -> bool:
@@ -209,20 +198,6 @@ def temporal_cues(text: str) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # Conversation structure
-
-
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=\S)")
-
-
-def sentences(text: str, min_chars: int = 12) -> list[str]:
-    """Split `text` into sentences; fragments shorter than `min_chars` join the previous one."""
-    parts: list[str] = []
-    for piece in _SENTENCE.split(text.strip()):
-        if parts and len(piece) < min_chars:
-            parts[-1] += " " + piece
-        elif piece:
-            parts.append(piece)
-    return parts
 
 
 def chunks(text: str, min_words: int = 0, max_words: int = 80, max_chunks: int = 16) -> list[str]:
