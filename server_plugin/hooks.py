@@ -83,5 +83,3 @@ class Hooks:
     store_importing: Signal = _signal(
         "store_importing", "(conn): an import wrote every row, inside its transaction; a listener "
         "raises to refuse the document.")
-    store_imported: Signal = _signal(
-        "store_imported", "(svc): a running sidecar's store was replaced; redo what is held in memory.")
