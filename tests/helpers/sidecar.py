@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.sillytavern import REPO_ROOT, free_port, wait_http
+from tests.helpers.sillytavern import REPO_ROOT, free_port, terminate, wait_http
 
 CLI = REPO_ROOT / "server_plugin" / "cli.py"
 TOKEN = "e2e-token-0123456789abcdef"
@@ -66,13 +66,7 @@ class Sidecar:
         return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        terminate(self.proc)
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """Call the sidecar's API with the token, as a test would from outside the browser."""

@@ -207,6 +207,17 @@ def wait_until(predicate: Any, timeout: float = 15.0, what: str = "condition", i
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def terminate(proc: subprocess.Popen | None) -> None:
+    """Stop a process we started: politely, then for good."""
+    if proc and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None) -> None:
     """Wait until `url` answers 200; fail early (with the log's tail) if the process died."""
     deadline = time.monotonic() + timeout
@@ -256,13 +267,7 @@ class SillyTavernServer:
         return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        terminate(self.proc)
 
 
 class STPage:
