@@ -189,6 +189,8 @@ def context_report(st: STPage, sidecar: Sidecar, avatar: str, context_tokens: in
     Seraphina's memories, as POST /v1/context returns it; used while that route is being built."""
     from server_plugin.core.assemble import Candidates, Card, Item, LastAction, Message, assemble
     from server_plugin.core.tokens import get_counter
+    from server_plugin.settings import defaults
+    from server_plugin.story.context import rules_from
 
     chat = st.evaluate("() => SillyTavern.getContext().chat.map(m => ({id: m.extra?.chronicler_id, text: m.mes,"
                        " role: m.is_user ? 'user' : 'assistant', name: m.name}))")
@@ -206,7 +208,7 @@ def context_report(st: STPage, sidecar: Sidecar, avatar: str, context_tokens: in
         story_cards=[Card("lore:lise", "Lise, Ann's younger sister, vanished in the spring flood.", ("Lise",)),
                      Card("lore:mill", "The old mill by the river has been empty for years.", ("mill",))],
     )
-    return assemble(candidates, context_tokens, get_counter()).to_dict()["report"]
+    return assemble(candidates, context_tokens, get_counter(), rules=rules_from(defaults())).to_dict()["report"]
 
 
 def show_report(st: STPage, report: dict) -> None:
