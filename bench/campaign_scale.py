@@ -1,0 +1,339 @@
+"""A campaign of 300 sessions: one store grown in steps (10,000, 30,000, 100,000 messages) and
+measured at each step with the same code in the same run.
+
+The store (one campaign chat, 40 characters with sheets and secrets): at the full 100,000
+messages 300 sessions (a day's gap every 333 messages starts one), 5,000 saved memories and 2,000
+lore cards; smaller steps hold the same things in proportion. Everything is written through the
+domain layer (characters.put, cards.import_world_info, memories.create, conversation.ingest), the
+embeddings computed in big batches first so the domain calls hit the embedder's cache. Character
+memories and scene and session summaries come from the session-end jobs themselves, run by the
+sidecar in extractive mode (so they are in proportion by construction). Messages are LoCoMo
+turns, each made distinct by its turn number and a speaker name.
+
+At each step, against a real sidecar process (waitress) on the store:
+- the catch-up: the background jobs the fill queued, drained (not counted in the rest);
+- ready: time from starting the process to /v1/health saying embedder and search index ready;
+- `POST /v1/context` and `POST /v1/search` p50/p95 over HTTP, each call with a new LoCoMo question
+  as the player's action / the query; the floor (one new query embedding, same model, in this
+  process) between the calls;
+- resident memory of the sidecar and every process under it (sum of RSS from /proc);
+- the store's size on disk (the data folder), `chronicler backup` time, `chronicler export` time
+  and size, and `chronicler import` of that file into an empty folder.
+
+    nice python bench/campaign_scale.py --keep /work/bench_cache/campaign [--steps 10000,30000,100000]
+
+`--keep DIR` keeps the grown store: a rerun measures what is there and fills only what a step
+still lacks. Results are appended as JSON lines to DIR.results.jsonl (beside the folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import requests  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from assemble_latency import (CAST, TOKEN, embed_ms, floor_model, free_port,  # noqa: E402
+                              percentile, sentence, wait_drained)
+
+LOCOMO = Path("/work/shared/bench/locomo/locomo_dev.json")
+CHAT = "Campaign - 2026-01-01@18h00m00s"
+MEMBERS = ["char00.png", "char01.png", "char02.png"]
+FULL = 100_000
+PER_SESSION = FULL // 300
+SHARES = {"memories": 5_000 / FULL, "lore": 2_000 / FULL}
+PAUSE = 0.1
+
+
+def locomo() -> tuple[list[tuple[str, str]], list[str]]:
+    """Every LoCoMo turn (speaker, text) and every question of categories 1-4."""
+    turns, questions = [], []
+    for sample in json.loads(LOCOMO.read_text()):
+        conv, n = sample["conversation"], 1
+        while f"session_{n}" in conv:
+            turns += [(t["speaker"], t["text"]) for t in conv[f"session_{n}"]]
+            n += 1
+        questions += [q["question"] for q in sample["qa"] if q.get("category") in (1, 2, 3, 4)]
+    return turns, questions
+
+
+# --- the fill ----------------------------------------------------------------------------------
+def open_services(data_dir: Path):
+    from server_plugin.app import build_services
+    from server_plugin.settings import load_settings
+
+    svc = build_services(load_settings({"data_dir": str(data_dir), "sqlite_synchronous": "NORMAL"},
+                                       environ={}))
+    svc.embedder.wait(300)
+    return svc
+
+
+def count(svc, table: str, where: str = "") -> int:
+    return svc.db.reader().execute(f"SELECT count(*) FROM {table} {where}").fetchone()[0]
+
+
+def fill_cast(svc, rnd: random.Random) -> None:
+    from server_plugin.story import characters, chats
+
+    for i, (cid, name) in enumerate(CAST):
+        characters.put(svc, cid, {"name": name, "aliases": [f"Alias{i:02d}"], "sheet": {
+            "personality": sentence(rnd, 60), "appearance": sentence(rnd, 50),
+            "backstory": sentence(rnd, 150),
+            "secrets": [{"text": sentence(rnd, 20)}, {"text": sentence(rnd, 15),
+                                                      "known_by": [CAST[(i + 1) % 40][0]]}]}})
+    chats.put(svc, CHAT, {"member_ids": MEMBERS})
+
+
+def fill_lore(svc, rnd: random.Random, start: int, stop: int) -> None:
+    from server_plugin.sillytavern import cards
+
+    for lo in range(start, stop, 500):  # one World Info file per 500 cards
+        hi = min(stop, lo + 500)
+        entries = {str(i): {"uid": i, "key": [f"lorekey{i}", rnd.choice(["river", "tower", "oath"]) + f" {i}"],
+                            "comment": f"Place {i}", "content": sentence(rnd, rnd.randint(40, 160)),
+                            "constant": i < 3} for i in range(lo, hi)}
+        cards.import_world_info(svc, {"world_info": {"entries": entries}, "name": f"World {lo}"})
+
+
+def fill_memories(svc, rnd: random.Random, start: int, stop: int) -> None:
+    from server_plugin.story import memories
+
+    texts = []
+    for i in range(start, stop):
+        # One in nine global; the rest spread over the cast; a few pinned (within the quotas).
+        cid = None if i % 9 == 0 else CAST[i % 40][0]
+        texts.append((cid, i % 50 == 0, f"[{i}] " + sentence(rnd, rnd.randint(8, 30))))
+    svc.embedder.embed([t for *_, t in texts], svc.embed_wait())
+    for cid, pinned, text in texts:
+        memories.create(svc, {"text": text, "scope": "character" if cid else "global",
+                              "character_id": cid, "pinned": pinned, "actor": "user", "chat_id": CHAT})
+
+
+def message(i: int, turns: list[tuple[str, str]]) -> dict:
+    """Message i of the campaign: a LoCoMo turn, 3 minutes after the previous, a day's gap
+    starting each new session."""
+    start = datetime(2026, 1, 1, 18, tzinfo=timezone.utc)
+    sent = start + timedelta(minutes=3 * i, days=i // PER_SESSION)
+    speaker, text = turns[i % len(turns)]
+    user = i % 2 == 0
+    return {"id": f"m{i:06d}", "role": "user" if user else "assistant",
+            "name": "Player" if user else CAST[i % 3][1],
+            "text": f"{text} ({speaker}, {CAST[(i // 7) % 40][1]}, turn {i})",
+            "sent_at": sent.isoformat()}
+
+
+def fill_messages(svc, turns, start: int, stop: int) -> None:
+    from server_plugin.story import conversation
+
+    batch = int(svc.settings.messages_per_batch)
+    begun = time.perf_counter()
+    for lo in range(start, stop, 2000):  # embed 2,000 in one call, then ingest them in batches
+        rows = [message(i, turns) for i in range(lo, min(stop, lo + 2000))]
+        svc.embedder.embed([r["text"] for r in rows], svc.embed_wait())
+        for b in range(0, len(rows), batch):
+            conversation.ingest(svc, CHAT, rows[b:b + batch])
+        done = min(stop, lo + 2000)
+        rate = (done - start) / (time.perf_counter() - begun)
+        print(f"    {done} messages ({rate:.0f}/s)", flush=True)
+
+
+def grow(data_dir: Path, target: int, turns) -> dict:
+    """Fill the store up to `target` messages (and the rest in proportion); returns timings."""
+    svc = open_services(data_dir)
+    rnd = random.Random(target)
+    out = {}
+    try:
+        if count(svc, "characters") < len(CAST):
+            fill_cast(svc, rnd)
+        have = {"messages": count(svc, "messages"), "memories": count(svc, "memories"),
+                "lore": count(svc, "lore")}
+        plan = [("lore", lambda a, b: fill_lore(svc, rnd, a, b)),
+                ("memories", lambda a, b: fill_memories(svc, rnd, a, b)),
+                ("messages", lambda a, b: fill_messages(svc, turns, a, b))]
+        for what, step in plan:
+            want = target if what == "messages" else int(target * SHARES[what])
+            if have[what] < want:
+                began = time.perf_counter()
+                print(f"  {what}: {have[what]} -> {want}", flush=True)
+                step(have[what], want)
+                out[f"fill_{what}_s"] = round(time.perf_counter() - began, 1)
+    finally:
+        svc.db.close()
+    return out
+
+
+# --- the measurements --------------------------------------------------------------------------
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and every process under it (MB)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += children.get(p, [])
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def du_mb(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2 ** 20
+
+
+class Sidecar:
+    """A real `chronicler serve` process on the store."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.port = free_port()
+        env = {**os.environ, "CHRONICLER_TOKEN": TOKEN, "OPENBLAS_NUM_THREADS": "1",
+               "PYTHONPATH": str(ROOT)}
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen([sys.executable, "-m", "server_plugin.cli", "serve", "--port",
+                                      str(self.port), "--data-dir", str(data_dir)], env=env, cwd=ROOT,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {TOKEN}"
+        self.base = f"http://127.0.0.1:{self.port}/v1"
+
+    def wait_ready(self, limit: float = 600) -> float:
+        """Seconds from the start of the process to embedder and search index ready."""
+        while time.perf_counter() - self.started < limit:
+            try:
+                health = self.session.get(f"{self.base}/health", timeout=2).json()
+                if health["embedder"]["ready"] and health["search"]["ready"]:
+                    return time.perf_counter() - self.started
+            except (requests.ConnectionError, ValueError, KeyError):
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("the sidecar did not become ready")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def timed_calls(car: Sidecar, route: str, bodies: list[dict], model, floor_texts: list[str],
+                warm: int = 10) -> dict:
+    times, floors = [], []
+    for i, body in enumerate(bodies):
+        started = time.perf_counter()
+        response = car.session.post(f"{car.base}/{route}", json=body, timeout=60)
+        elapsed = (time.perf_counter() - started) * 1000
+        assert response.status_code == 200, response.text[:300]
+        time.sleep(PAUSE)
+        floor, _ = embed_ms(model, floor_texts[i])
+        time.sleep(PAUSE)
+        if i >= warm:
+            times.append(elapsed)
+            floors.append(floor)
+    return {"p50": round(statistics.median(times), 1), "p95": round(percentile(times, 95), 1),
+            "floor_p50": round(statistics.median(floors), 1), "floor_p95": round(percentile(floors, 95), 1)}
+
+
+def cli(*args: str) -> tuple[float, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "server_plugin.cli", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True)
+    took = time.perf_counter() - started
+    if done.returncode:
+        return took, "FAILED: " + (done.stderr or done.stdout).strip()[-300:]
+    return took, done.stdout.strip()[-200:]
+
+
+def measure(data_dir: Path, step: int, questions: list[str], n: int, model) -> dict:
+    out: dict = {"messages": step}
+    car = Sidecar(data_dir)
+    try:
+        car.wait_ready()
+        out["catch_up_s"] = round(wait_drained(car.session, car.base, limit=6 * 3600), 1)
+    finally:
+        car.stop()
+    car = Sidecar(data_dir)  # the restart: what a user waits for
+    try:
+        out["ready_s"] = round(car.wait_ready(), 2)
+        out["rss_idle_mb"] = round(tree_rss_mb(car.proc.pid), 0)
+        rnd = random.Random(step)
+        picked = rnd.sample(questions, min(len(questions), 3 * (n + 10)))
+        asks, finds, floors = picked[:n + 10], picked[n + 10:2 * (n + 10)], picked[2 * (n + 10):]
+        floors = [f"{q} ({i})" for i, q in enumerate(floors)] + [f"floor {i}" for i in range(n + 10)]
+        ctx = {"chat_id": CHAT, "speaker_id": "char00.png", "context_tokens": 16384,
+               "generation_type": "normal", "memory_bank": True,
+               "instructions": sentence(rnd, 250), "authors_note": sentence(rnd, 40)}
+        out["context"] = timed_calls(car, "context", [{**ctx, "last_action": {"text": q}} for q in asks],
+                                     model, floors)
+        out["search"] = timed_calls(car, "search", [{"query": q, "chat_id": CHAT, "k": 10} for q in finds],
+                                    model, floors[::-1])
+        out["rss_mb"] = round(tree_rss_mb(car.proc.pid), 0)
+        out["items"] = car.session.get(f"{car.base}/health", timeout=5).json()["search"]["rows"]
+    finally:
+        car.stop()
+    out["disk_mb"] = round(du_mb(data_dir), 1)
+    with tempfile.TemporaryDirectory(dir=data_dir.parent) as tmp:
+        took, said = cli("backup", "--data-dir", str(data_dir), "--out", f"{tmp}/backup.sqlite3")
+        out["backup_s"], out["backup"] = round(took, 1), said[:120]
+        took, said = cli("export", "--data-dir", str(data_dir), "--out", f"{tmp}/export.json")
+        out["export_s"] = round(took, 1)
+        out["export_mb"] = round(os.path.getsize(f"{tmp}/export.json") / 2 ** 20, 1) \
+            if os.path.exists(f"{tmp}/export.json") else None
+        out["export"] = said[:120]
+        if out["export_mb"] is not None:
+            took, said = cli("import", f"{tmp}/export.json", "--data-dir", f"{tmp}/imported")
+            out["import_s"], out["import"] = round(took, 1), said[:160]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", required=True, help="the store's folder (kept between runs)")
+    parser.add_argument("--steps", default="10000,30000,100000")
+    parser.add_argument("--requests", type=int, default=100, help="timed calls per route and step")
+    parser.add_argument("--fill-only", action="store_true", help="grow the store, measure nothing")
+    args = parser.parse_args()
+    data_dir = Path(args.keep)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    turns, questions = locomo()
+    model = None if args.fill_only else floor_model()
+    for step in [int(s) for s in args.steps.split(",")]:
+        print(f"step {step} messages: filling", flush=True)
+        began = time.perf_counter()
+        result = {"fill": grow(data_dir, step, turns)}
+        result["fill_s"] = round(time.perf_counter() - began, 1)
+        if not args.fill_only:
+            print(f"step {step}: measuring", flush=True)
+            result.update(measure(data_dir, step, questions, args.requests, model))
+        result["load_avg"] = round(os.getloadavg()[0], 1)
+        result["at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        print(json.dumps(result), flush=True)
+        with open(data_dir.parent / f"{data_dir.name}.results.jsonl", "a") as fh:
+            fh.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
