@@ -4,8 +4,9 @@ measured at each step with the same code in the same run.
 The store (one campaign chat, 40 characters with sheets and secrets): at the full 100,000
 messages 300 sessions (a day's gap every 333 messages starts one), 5,000 saved memories and 2,000
 lore cards; smaller steps hold the same things in proportion. Everything is written through the
-domain layer (characters.put, cards.import_world_info, memories.create, conversation.ingest), the
-embeddings computed in big batches first so the domain calls hit the embedder's cache. Character
+domain layer (characters.put, cards.import_world_info, memories.create, conversation.ingest): the
+saved memories embedded in one batch first (memories.create then hits the embedder's cache),
+each batch of messages embedded in one call by ingest itself. Character
 memories and scene and session summaries come from the session-end jobs themselves, run by the
 sidecar in extractive mode (so they are in proportion by construction). Messages are LoCoMo
 turns, each made distinct by its turn number and a speaker name.
@@ -143,9 +144,8 @@ def fill_messages(svc, turns, start: int, stop: int) -> None:
 
     batch = int(svc.settings.messages_per_batch)
     begun = time.perf_counter()
-    for lo in range(start, stop, 2000):  # embed 2,000 in one call, then ingest them in batches
+    for lo in range(start, stop, 2000):  # ingest embeds each batch in one call (what it indexes)
         rows = [message(i, turns) for i in range(lo, min(stop, lo + 2000))]
-        svc.embedder.embed([r["text"] for r in rows], svc.embed_wait())
         for b in range(0, len(rows), batch):
             conversation.ingest(svc, CHAT, rows[b:b + batch])
         done = min(stop, lo + 2000)

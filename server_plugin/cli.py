@@ -173,6 +173,7 @@ def import_cmd(args: argparse.Namespace) -> int:
     import json
 
     from .errors import ChroniclerError
+    from .retrieval import docs
     from .store import portable
 
     if args.replace and not args.yes:
@@ -192,7 +193,7 @@ def import_cmd(args: argparse.Namespace) -> int:
     try:
         result = portable.import_store(db, document, "replace" if args.replace else "empty",
                                        confirm_replace=bool(args.replace and args.yes),
-                                       check=import_checks())
+                                       check=import_checks(), finish=docs.analyse_pending)
     except ChroniclerError as exc:
         print(f"chronicler: {exc.message}", file=sys.stderr)
         for detail in exc.details[:10]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
+from ..retrieval import docs
 from ..store import portable
 from .common import body, svc
 
@@ -22,4 +23,4 @@ def export() -> Response:
 def import_() -> dict:
     data = body("import.request")
     return portable.import_into(svc(), data["document"], data.get("mode", "empty"),
-                                data.get("confirm_replace", False))
+                                data.get("confirm_replace", False), finish=docs.analyse_pending)

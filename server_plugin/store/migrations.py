@@ -12,7 +12,7 @@ Owns: meta, schema_migrations.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Callable, Collection
 
 from .db import Connection, Database, sqlite3
 
@@ -481,15 +481,21 @@ def applied(db: Database) -> list[int]:
     return [row[0] for row in conn.execute("SELECT number FROM schema_migrations ORDER BY number")]
 
 
-def migrate(db: Database) -> list[int]:
-    """Apply every pending migration, each in its own transaction; return the numbers applied."""
+def known() -> list[int]:
+    """Numbers of every migration this version has, in the order they apply."""
+    return [number for number, _ in MIGRATIONS]
+
+
+def migrate(db: Database, only: Collection[int] | None = None) -> list[int]:
+    """Apply every pending migration (or those of `only`: a store as an older version left it),
+    each in its own transaction; return the numbers applied."""
     with db.write() as conn:
         conn.execute("""CREATE TABLE IF NOT EXISTS schema_migrations (
             number INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)""")
     done = set(applied(db))
     newly: list[int] = []
     for number, func in MIGRATIONS:
-        if number in done:
+        if number in done or (only is not None and number not in only):
             continue
         with db.write() as conn:
             # Re-check inside the write lock: another process may have migrated meanwhile.

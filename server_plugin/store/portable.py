@@ -14,8 +14,12 @@ a later migration is exported and imported without a line here. Format (version 
   and every virtual table by rowid — the full-text entries as text and the vectors as
   `{"base64": …}` of their little-endian float32 bytes — so an import needs no embedding model
   and is exact. Any BLOB value is written the same way; every other value is plain JSON.
+- A document from an older version (its migrations a subset of this one's) is upgraded first
+  by the migrations themselves: imported into a scratch store migrated only as far as the
+  document's, then that store migrated the rest of the way and exported again (`upgrade`). A
+  document with a migration this version does not know is newer, and refused (409).
 - Import checks the whole document before it touches the store (shape, format version, the
-  migration numbers equal to this store's, every table and column known, value types, NOT NULL,
+  migration numbers equal to this store's once upgraded, every table and column known, value types, NOT NULL,
   duplicate keys, references), then writes it in ONE transaction with the triggers paused (the
   rows are the document's, counters included), checks foreign keys and the index's integrity,
   and commits — or rolls back and leaves the store exactly as it was.
@@ -115,15 +119,19 @@ def tables(conn: Connection) -> list[Table]:
             if r[0] not in skip and not r[0].startswith("sqlite_")]
 
 
+def _scratch(folder: str) -> Database:
+    # A private scratch file: no other process waits on its locks, no crash need be survived,
+    # and it holds only what this process puts there (so no cap either).
+    return Database(Path(folder) / "scratch.sqlite3", busy_timeout_ms=0, synchronous="OFF", max_page_count=0)
+
+
 @lru_cache(maxsize=8)
 def seeded_tables(numbers: tuple[int, ...]) -> frozenset[str]:
     """Tables that hold rows right after migrating (counters): an 'empty' store may have those."""
     with tempfile.TemporaryDirectory() as folder:
-        # A private scratch file: no other process waits on its locks, no crash need be survived,
-        # and it holds only what migrations seed (so no cap either).
-        db = Database(Path(folder) / "fresh.sqlite3", busy_timeout_ms=0, synchronous="OFF", max_page_count=0)
+        db = _scratch(folder)
         try:
-            migrations.migrate(db)
+            migrations.migrate(db, only=numbers)
             conn = db.reader()
             return frozenset(t.name for t in tables(conn)
                              if conn.execute(f"SELECT 1 FROM {_quote(t.name)} LIMIT 1").fetchone())
@@ -236,14 +244,39 @@ def check_header(document: Any, applied: list[int]) -> None:
     if not isinstance(numbers, list) or not all(isinstance(n, int) and not isinstance(n, bool)
                                                 for n in numbers):
         raise Unprocessable("invalid_import", "'migrations' must be a list of migration numbers.")
-    if numbers != applied:
-        newer = set(numbers) - set(applied)
-        advice = ("it comes from a newer Chronicler: update this one first" if newer else
-                  "it comes from an older Chronicler: import it there (or into a store of the same "
-                  "version), then start this version on that store so it migrates")
-        raise Conflict("migrations_mismatch", f"The export was made by a store with migrations "
-                       f"{numbers}; this store has {applied}: {advice}. Nothing was imported.",
-                       [{"document": numbers, "store": applied}])
+    if numbers == applied:
+        return
+    unknown = sorted(set(numbers) - set(migrations.known()))
+    if unknown:
+        raise Conflict("migrations_mismatch", f"The export is newer than this Chronicler: it was made "
+                       f"with migrations {numbers}, and {unknown} are unknown here (this version has "
+                       f"{migrations.known()}). Update Chronicler, then import it. Nothing was imported.",
+                       [{"document": numbers, "store": applied, "newer": "document", "unknown": unknown}])
+    if len(set(numbers)) != len(numbers):
+        raise Unprocessable("invalid_import", f"'migrations' repeats a number: {numbers}.")
+    if set(numbers) - set(applied):
+        # Only a store this version has not migrated yet lacks one it knows (never a served one).
+        raise Conflict("migrations_mismatch", f"This store is older than the export: the store has "
+                       f"migrations {applied}, the export {numbers}. Open the store with this version "
+                       f"(it migrates), then import. Nothing was imported.",
+                       [{"document": numbers, "store": applied, "newer": "document"}])
+
+
+def upgrade(document: dict[str, Any], finish: Callable[[Database], Any] | None = None) -> dict[str, Any]:
+    """An older document as this version exports the same store: imported into a scratch store
+    migrated only as far as the document's, the remaining migrations applied to it (then
+    `finish`, what the application does after migrating: app.open_store), exported again."""
+    with tempfile.TemporaryDirectory() as folder:
+        db = _scratch(folder)
+        try:
+            migrations.migrate(db, only=set(document["migrations"]))
+            import_store(db, document)  # checked against the schema of its own version
+            migrations.migrate(db)
+            if finish is not None:
+                finish(db)
+            return export_store(db)
+        finally:
+            db.close()
 
 
 def check_document(document: dict[str, Any], known: list[Table]) -> dict[str, list[list[Any]]]:
@@ -372,11 +405,14 @@ def data_counts(conn: Connection, known: list[Table], seeded: frozenset[str]) ->
 
 
 def import_store(db: Database, document: Any, mode: str = "empty", confirm_replace: bool = False,
-                 check: Callable[[Connection], Any] | None = None) -> dict[str, Any]:
-    """Check the whole document, then write it in one transaction (see the module doc).
+                 check: Callable[[Connection], Any] | None = None,
+                 finish: Callable[[Database], Any] | None = None) -> dict[str, Any]:
+    """Check the whole document (an older one upgraded first), then write it in one transaction
+    (see the module doc).
 
     `check(conn)` runs inside that transaction once every row is written; it raises to refuse
     the document (the concepts' `hooks.store_importing`: the search index must be whole).
+    `finish(db)` is what the application does after migrating a store (see `upgrade`).
 
     Raises Unprocessable (422) for a document that is not valid here, Conflict (409) for
     migrations that differ, a non-empty store in mode 'empty', or 'replace' without confirmation.
@@ -388,6 +424,10 @@ def import_store(db: Database, document: Any, mode: str = "empty", confirm_repla
                        "confirm_replace: true to do it. Nothing was imported.")
     applied = migrations.applied(db)
     check_header(document, applied)
+    upgraded_from = None
+    if document["migrations"] != applied:
+        upgraded_from = list(document["migrations"])
+        document = upgrade(document, finish)
     seeded = seeded_tables(tuple(applied))
     with db.read() as conn:
         known = tables(conn)
@@ -402,7 +442,10 @@ def import_store(db: Database, document: Any, mode: str = "empty", confirm_repla
                            "imported.", [{"table": k, "rows": v} for k, v in sorted(present.items())])
         _write(conn, known, rows, seeded, check)
     counts = {t.name: len(rows[t.name]) for t in known if t.name not in seeded}
-    return {"mode": mode, "imported": counts, "replaced": present}
+    out = {"mode": mode, "imported": counts, "replaced": present}
+    if upgraded_from is not None:
+        out["upgraded_from"] = upgraded_from
+    return out
 
 
 def _write(conn: Connection, known: list[Table], rows: dict[str, list[list[Any]]],
@@ -442,10 +485,12 @@ def _write(conn: Connection, known: list[Table], rows: dict[str, list[list[Any]]
 
 
 # --- after an import, in a running sidecar -----------------------------------------------------
-def import_into(svc: Any, document: Any, mode: str = "empty", confirm_replace: bool = False) -> dict[str, Any]:
+def import_into(svc: Any, document: Any, mode: str = "empty", confirm_replace: bool = False,
+                finish: Callable[[Database], Any] | None = None) -> dict[str, Any]:
     """`import_store` for a running sidecar (its concepts check the rows: `hooks.store_importing`),
     then drop its caches and wake the job worker (the document's pending jobs resume)."""
-    result = import_store(svc.db, document, mode, confirm_replace, check=svc.hooks.store_importing.send)
+    result = import_store(svc.db, document, mode, confirm_replace, check=svc.hooks.store_importing.send,
+                          finish=finish)
     svc.clear_caches()
     svc.jobs_wake.set()
     return result
