@@ -136,8 +136,8 @@ def _offline_store(data_dir: str | None, create: bool) -> tuple[Any, Any, IO[str
 
 
 def export_cmd(args: argparse.Namespace) -> int:
-    """Write the whole store as one JSON document (offline: holds the data folder's lock)."""
-    from .store import portable
+    """Write the whole store as one JSON document, streamed (offline: holds the data folder's lock)."""
+    from .store import migrations, portable
 
     try:
         _, db, lock = _offline_store(args.data_dir, create=False)
@@ -145,14 +145,16 @@ def export_cmd(args: argparse.Namespace) -> int:
         print(f"chronicler: {exc}", file=sys.stderr)
         return 3 if isinstance(exc, AlreadyRunning) else 1
     try:
-        document = portable.export_store(db)
-        size = portable.write_file(document, Path(args.out).expanduser().resolve())
+        size = portable.write_file(portable.export_chunks(db), Path(args.out).expanduser().resolve())
+        with db.read() as conn:  # the data folder is locked: the rows just written
+            known = portable.tables(conn)
+            counts = portable.data_counts(conn, known, frozenset())
+        numbers = migrations.applied(db)
     finally:
         db.close()
         lock.close()
-    counts = {name: len(t["rows"]) for name, t in document["tables"].items() if t["rows"]}
     print(f"Exported to {args.out} ({size} bytes, format {portable.FORMAT} v{portable.FORMAT_VERSION},"
-          f" migrations {document['migrations']}): "
+          f" migrations {numbers}): "
           + ", ".join(f"{n} {name}" for name, n in sorted(counts.items())))
     return 0
 

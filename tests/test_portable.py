@@ -115,6 +115,13 @@ def test_round_trip_is_byte_identical_and_complete(filled, tmp_path, embedder):
         svc_b.db.close()
 
 
+def test_the_streamed_export_is_the_canonical_document(filled, services):
+    """The export is made in chunks (a few rows at a time here): joined, the canonical bytes."""
+    chunks = list(portable.export_chunks(services.db, rows_per_chunk=2))
+    assert len(chunks) > len(filled["tables"]) * 2
+    assert b"".join(chunks) == portable.canonical(portable.export_store(services.db)) == portable.canonical(filled)
+
+
 def test_archived_memories_survive_the_round_trip(api, services, tmp_path, embedder, overrides):
     """RV8's archive is data: an archived memory comes back archived."""
     svc_a, api_a = open_store(tmp_path, embedder, "quota", unpinned_per_scope=2)

@@ -13,9 +13,9 @@ bp = Blueprint("portable", __name__)
 
 @bp.get("/export")
 def export() -> Response:
-    data = portable.canonical(portable.export_store(svc().db))
     stamp = svc().clock.iso()[:19].replace(":", "").replace("-", "")
-    return Response(data, mimetype="application/json", headers={
+    # Streamed: a campaign's document is hundreds of MB, never held whole.
+    return Response(portable.export_chunks(svc().db), mimetype="application/json", headers={
         "Content-Disposition": f'attachment; filename="chronicler-export-{stamp}.json"'})
 
 

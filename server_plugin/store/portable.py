@@ -37,7 +37,7 @@ import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import Conflict, Unprocessable
 from . import migrations
@@ -160,31 +160,63 @@ def export_store(db: Database) -> dict[str, Any]:
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "migrations": numbers, "tables": out}
 
 
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def export_chunks(db: Database, rows_per_chunk: int = 500) -> Iterator[bytes]:
+    """The bytes of `canonical(export_store(db))`, made table by table and a few hundred rows at a
+    time from one snapshot: what is held in memory does not grow with the store (a campaign's
+    export is hundreds of MB)."""
+    with db.read() as conn:
+        numbers = [r[0] for r in conn.execute("SELECT number FROM schema_migrations ORDER BY number")]
+        # sort_keys order: format < format_version < migrations < tables; columns < rows.
+        yield (f'{{"format":{_json(FORMAT)},"format_version":{FORMAT_VERSION},'
+               f'"migrations":{_json(numbers)},"tables":{{').encode("utf-8")
+        for n, table in enumerate(tables(conn)):
+            yield (("," if n else "") + f'{_json(table.name)}:{{"columns":{_json(list(table.columns))},'
+                   '"rows":[').encode("utf-8")
+            columns = ", ".join(_quote(c) for c in table.columns)
+            order = ", ".join(_quote(c) if c != "rowid" else "rowid" for c in table.order)
+            cursor = conn.execute(f"SELECT {columns} FROM {_quote(table.name)} ORDER BY {order}")
+            first = True
+            while batch := cursor.fetchmany(rows_per_chunk):
+                part = ",".join(_json([_cell(v) for v in row]) for row in batch)
+                yield (("" if first else ",") + part).encode("utf-8")
+                first = False
+            yield b"]}"
+        yield b"}}"
+
+
 def canonical(document: dict[str, Any]) -> bytes:
     """The document's canonical JSON (sorted keys, no spaces, UTF-8): equal stores, equal bytes."""
     return json.dumps(document, ensure_ascii=False, sort_keys=True, separators=(",", ":"),
                       allow_nan=False).encode("utf-8")
 
 
-def write_file(document: dict[str, Any], out: Path) -> int:
-    """Write the document beside `out`, then rename it into place (private: mode 0600)."""
+def write_file(document: dict[str, Any] | Iterable[bytes], out: Path) -> int:
+    """Write the document (or its chunks, `export_chunks`) beside `out`, then rename it into
+    place (private: mode 0600). Returns the bytes written."""
     import os
 
     out.parent.mkdir(parents=True, exist_ok=True)
     part = out.with_name(out.name + ".part")
     part.unlink(missing_ok=True)
-    data = canonical(document)
+    chunks = [canonical(document)] if isinstance(document, dict) else document
+    size = 0
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            for chunk in chunks:
+                fh.write(chunk)
+                size += len(chunk)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(part, out)
     except BaseException:
         part.unlink(missing_ok=True)
         raise
-    return len(data)
+    return size
 
 
 # --- checking a document -----------------------------------------------------------------------
