@@ -364,6 +364,7 @@ def test_api_md_response_schemas_match_real_answers(app):
                                  "last_action": {"text": "Where is the old oak?", "kind": "action"}})
     call("GET", "/v1/lore/stats?chat_id=c1")
     call("DELETE", f"/v1/lore/{entry['id']}")
+    call("POST", "/v1/context/prefetch", {"chat_id": "c1", "text": "I ask Ayla about the promise."}, status=202)
     call("POST", "/v1/search", {"query": "a promise to come back", "viewer_id": "ayla.png"})
     call("GET", "/v1/episodes?chat_id=c1")
     call("GET", "/v1/told?chat_id=c1")

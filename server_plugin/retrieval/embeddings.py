@@ -90,6 +90,10 @@ class Embedder:
         self.step_aside_seconds = step_aside_seconds
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_lock = threading.Lock()
+        # Texts being embedded now, by any thread: a second asker waits for that vector instead
+        # of embedding the same text beside it (a prefetched query and its context call).
+        self._inflight: dict[str, threading.Event] = {}
+        self.encoded = 0  # texts the model has embedded (the cache's misses), for benchmarks and tests
         self.cache_size = cache_size
 
     @property
@@ -151,7 +155,28 @@ class Embedder:
                 if text in self._cache:
                     self._cache.move_to_end(text)
                     found[text] = self._cache[text]
-        missing = list(dict.fromkeys(t for t in texts if t not in found))
+            missing = list(dict.fromkeys(t for t in texts if t not in found))
+            others = {t: self._inflight[t] for t in missing if t in self._inflight}
+            missing = [t for t in missing if t not in others]
+            for text in missing:
+                self._inflight[text] = threading.Event()
+        try:
+            self._encode(missing, found)
+        finally:
+            with self._cache_lock:
+                for text in missing:
+                    self._inflight.pop(text).set()
+        for text, done in others.items():  # embedded by another thread: its vector, once there
+            done.wait(timeout)
+            with self._cache_lock:
+                vector = self._cache.get(text)
+            if vector is None:  # it failed there, or the cache moved on: embed it here
+                self._encode([text], found)
+            else:
+                found[text] = vector
+        return np.stack([found[t] for t in texts])
+
+    def _encode(self, missing: list[str], found: dict[str, np.ndarray]) -> None:
         request = not priority.is_background()  # background work: in chunks, requests first
         step = max(1, len(missing)) if request else self.background_chunk
         for start in range(0, len(missing), step):
@@ -161,10 +186,10 @@ class Embedder:
             with self._turns.hold(request):
                 fresh = self._model.encode(chunk, batch_size=32, normalize_embeddings=True,
                                            convert_to_numpy=True, show_progress_bar=False)
+            self.encoded += len(chunk)
             for text, vector in zip(chunk, fresh):
                 found[text] = np.asarray(vector, dtype=np.float32)
                 self._remember(text, found[text])
-        return np.stack([found[t] for t in texts])
 
     def _remember(self, text: str, vector: np.ndarray) -> None:
         with self._cache_lock:
