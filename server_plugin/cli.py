@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import fcntl
 import logging
 import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import IO, Any, Sequence
 
@@ -41,6 +45,37 @@ def lock_data_dir(data_dir: Path) -> IO[str]:
     return handle
 
 
+def exit_with_parent(grace_seconds: float = 10.0) -> threading.Thread:
+    """Leave when stdin reaches its end: the server plugin that started us holds its other end,
+    and the OS closes it when that process dies, however it dies (SIGKILL too, on every OS).
+
+    The main thread is interrupted (so the stores close as on Ctrl-C); if it has not left after
+    `grace_seconds`, the process ends anyway.
+    """
+    def watch() -> None:
+        try:
+            while sys.stdin.buffer.read(65536):
+                pass
+        except (OSError, ValueError):
+            pass
+        logging.getLogger("chronicler").warning("the process that started this sidecar is gone: stopping")
+        _thread.interrupt_main()
+        time.sleep(grace_seconds)
+        os._exit(0)
+
+    thread = threading.Thread(target=watch, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (the plugin's exit(), a service manager) stops like Ctrl-C: the stores close."""
+    def stop(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def serve(args: argparse.Namespace) -> int:
     import waitress
 
@@ -53,7 +88,10 @@ def serve(args: argparse.Namespace) -> int:
     except AlreadyRunning as exc:
         print(f"chronicler: {exc}", file=sys.stderr)
         return 3
-    app = create_app(settings)
+    if args.exit_with_stdin:
+        exit_with_parent()
+    _stop_on_sigterm()
+    app = create_app(settings, per_user=args.per_user)
     server = waitress.create_server(app, host=settings.host, port=settings.port,
                                     threads=settings.threads, ident="chronicler",
                                     max_request_body_size=max(settings.max_import_bytes,
@@ -66,12 +104,15 @@ def serve(args: argparse.Namespace) -> int:
     print("Bearer token: " + (f"in {token_path}" if token_path else "from CHRONICLER_TOKEN / settings"),
           flush=True)
     print(f"Allowed origins: {', '.join(settings.origins)}", flush=True)
+    if args.per_user:
+        print(f"One store per SillyTavern user, in {settings.data_path / 'users'}", flush=True)
     try:
         server.run()
     except KeyboardInterrupt:
         pass
     finally:
-        app.extensions["chronicler"].db.close()
+        server.close()
+        app.extensions["chronicler_stores"].close_all()
         lock.close()
     return 0
 
@@ -260,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_serve.add_argument("--host", help="interface to bind (default 127.0.0.1)")
     p_serve.add_argument("--port", type=int, help="port (default 7711)")
     p_serve.add_argument("--data-dir", help="data folder (default: the user data folder)")
+    p_serve.add_argument("--per-user", action="store_true", help="one store per SillyTavern user, named "
+                         "by the server plugin on each request (the plugin starts the sidecar so)")
+    p_serve.add_argument("--exit-with-stdin", action="store_true", help="stop when stdin closes (the "
+                         "process that started this sidecar died)")
     p_serve.set_defaults(func=serve)
 
     p_install = sub.add_parser("install-extension", help="install the SillyTavern extension and point it at this sidecar")
