@@ -10,6 +10,8 @@ from .common import store_handle, stores, svc
 
 bp = Blueprint("health", __name__)
 
+LIMITS = ("max_body_bytes", "max_import_bytes", "max_messages_body_bytes", "max_json_depth")
+
 # What this sidecar can do, so a client detects features from here and never by trying a route
 # that may answer 400 or 404 (a red line in the browser's console).
 CAPABILITIES = ("settings", "search", "lore", "episodes", "drafts", "client_jobs", "export", "import",
@@ -29,4 +31,6 @@ def health() -> dict:
         "search": live_index.status(s),
         "capabilities": list(CAPABILITIES) + (["per_user_stores"] if stores().per_user else []),
         "store": {"user": store_handle(), "per_user": stores().per_user},
+        # For a proxy in front of us (the SillyTavern server plugin): it refuses what we would.
+        "limits": {name: getattr(s.settings, name) for name in LIMITS},
     }
