@@ -20,6 +20,34 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from .settings import SettingsError, load_settings  # noqa: E402
 
 LOCK_FILE = "chronicler.lock"
+# Written by the SillyTavern server plugin while its sidecar listens (st_plugin/src/config.js).
+CONNECTION_FILE = "sidecar.json"
+
+
+def plugin_sidecar(data_dir: Path) -> dict[str, Any] | None:
+    """Where the server plugin's sidecar listens ({url, port, token, ...}), or None."""
+    import json
+
+    try:
+        data = json.loads((data_dir / CONNECTION_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("url"), str) or not isinstance(data.get("token"), str):
+        return None
+    return data
+
+
+def store_folder(data_dir: Path, user: str | None) -> Path:
+    """A store's folder: DATA_DIR itself, or DATA_DIR/users/<user> for the server plugin's sidecar
+    (one store per SillyTavern user; the default user's when `user` is None and that layout is there)."""
+    from .stores import DEFAULT_USER, HANDLE, USERS_FOLDER
+
+    if user is None and not (data_dir / USERS_FOLDER).is_dir():
+        return data_dir
+    handle = user or DEFAULT_USER
+    if not HANDLE.fullmatch(handle):
+        raise SettingsError(f"--user {handle!r} is not a SillyTavern user handle")
+    return data_dir / USERS_FOLDER / handle
 
 
 class AlreadyRunning(Exception):
@@ -151,9 +179,10 @@ def backup(args: argparse.Namespace) -> int:
     from .store.backup import BackupError, backup_database, default_backup_path
 
     settings = load_settings({"data_dir": args.data_dir})
-    out = Path(args.out).expanduser() if args.out else default_backup_path(settings.data_path)
+    folder = store_folder(settings.data_path, args.user)
+    out = Path(args.out).expanduser() if args.out else default_backup_path(folder)
     try:
-        result = backup_database(settings.data_path / settings.db_file, out.resolve(),
+        result = backup_database(folder / settings.db_file, out.resolve(),
                                  busy_timeout_ms=settings.busy_timeout_ms)
     except BackupError as exc:
         print(f"chronicler: {exc}", file=sys.stderr)
@@ -264,12 +293,13 @@ def import_chat(args: argparse.Namespace) -> int:
               file=sys.stderr)
     progress = not args.no_progress
     if args.url:
-        token = args.token or os.environ.get("CHRONICLER_TOKEN", "")
+        url, token = _online_target(args)
         if not token:
-            print("chronicler: --url needs --token (or CHRONICLER_TOKEN)", file=sys.stderr)
+            print("chronicler: --url needs --token (or CHRONICLER_TOKEN); none was found in the "
+                  f"data folder's {CONNECTION_FILE} or token file either", file=sys.stderr)
             return 2
-        report = chat_file.run(plan, chat_file.HttpSink(args.url, token), args.batch_size, progress,
-                              args.wait)
+        report = chat_file.run(plan, chat_file.HttpSink(url, token, user=args.user), args.batch_size,
+                               progress, args.wait)
     else:
         from .api.schemas import default_schemas
         from .app import build_services
@@ -292,6 +322,26 @@ def import_chat(args: argparse.Namespace) -> int:
           f"stored, {plan.skipped_hidden} hidden skipped, {report.total} in all), {report.jobs_run} "
           f"jobs run here, {report.jobs_left} left, {report.seconds:.1f} s.")
     return 0
+
+
+def _online_target(args: argparse.Namespace) -> tuple[str, str]:
+    """The URL and token for --url: given, or found in the data folder (`--url plugin`: the
+    SillyTavern server plugin's sidecar, from its connection file; otherwise the token file)."""
+    from .settings import ensure_token
+
+    token = args.token or os.environ.get("CHRONICLER_TOKEN", "")
+    settings = load_settings({"data_dir": args.data_dir})
+    found = plugin_sidecar(settings.data_path)
+    if args.url == "plugin":
+        if found is None:
+            raise SettingsError(f"--url plugin: no {CONNECTION_FILE} in {settings.data_path} (is "
+                                "SillyTavern with the Chronicler plugin running?)")
+        return found["url"], token or found["token"]
+    if not token and found is not None and found["url"].rstrip("/") == args.url.rstrip("/").removesuffix("/v1"):
+        token = found["token"]
+    if not token and (settings.data_path / "token").is_file():
+        token = ensure_token(settings)[0]
+    return args.url, token
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -321,6 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_backup = sub.add_parser("backup", help="copy the store to a file (safe while serving)")
     p_backup.add_argument("--data-dir", help="data folder (default: the user data folder)")
     p_backup.add_argument("--out", help="backup file (default: DATA_DIR/backups/chronicler-<time>.sqlite3)")
+    p_backup.add_argument("--user", help="the SillyTavern user whose store to copy (the server plugin's "
+                          "sidecar keeps one per user; default: default-user)")
     p_backup.set_defaults(func=backup)
     p_export = sub.add_parser("export", help="write the whole store as one JSON document (sidecar stopped)")
     p_export.add_argument("--data-dir", help="data folder (default: the user data folder)")
@@ -339,8 +391,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the avatar file name of the chat's character, or NAME=ID per speaker (repeatable)")
     p_chat.add_argument("--user-id", help="register the persona as a player character with this id")
     p_chat.add_argument("--data-dir", help="offline: the data folder (the sidecar must be stopped)")
-    p_chat.add_argument("--url", help="online: a running sidecar, e.g. http://127.0.0.1:7711")
-    p_chat.add_argument("--token", help="its bearer token (default: CHRONICLER_TOKEN)")
+    p_chat.add_argument("--url", help="online: a running sidecar, e.g. http://127.0.0.1:7711, or "
+                        "'plugin' for the one SillyTavern's Chronicler plugin started")
+    p_chat.add_argument("--token", help="its bearer token (default: CHRONICLER_TOKEN, then the data "
+                        "folder's sidecar.json or token file)")
+    p_chat.add_argument("--user", help="online, the plugin's sidecar: the SillyTavern user whose store "
+                        "it goes to (default: default-user)")
     p_chat.add_argument("--batch-size", type=int, default=100, help="messages per request/transaction")
     p_chat.add_argument("--wait", type=float, default=600.0, help="online: seconds to wait for its jobs")
     p_chat.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -110,3 +110,45 @@ def test_sigterm_stops_it_cleanly(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_the_commands_find_the_plugins_sidecar_and_a_users_store(tmp_path):
+    """What the plugin writes (DATA_DIR/sidecar.json) is enough for `import-chat --url plugin`, and
+    `backup --user` copies that user's store."""
+    import json
+
+    from tests.helpers import stchat
+
+    port = free_port()
+    data = tmp_path / "data"
+    proc = subprocess.Popen(_serve(data, port, "--per-user"), env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first_health(port, proc)
+        (data / "sidecar.json").write_text(json.dumps({"url": f"http://127.0.0.1:{port}", "port": port,
+                                                       "token": TOKEN, "pid": proc.pid}))
+        chat = stchat.write(tmp_path / "chat.jsonl", 6, group=False)
+        env = {k: v for k, v in _env().items() if k != "CHRONICLER_TOKEN"}
+        done = subprocess.run([sys.executable, "-m", "server_plugin.cli", "import-chat", str(chat), "--chat-id",
+                               "c1", "--url", "plugin", "--user", "alice", "--data-dir", str(data),
+                               "--no-progress", "--wait", "0"], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        alice = requests.get(f"http://127.0.0.1:{port}/v1/chats/c1/messages", timeout=10,
+                             headers={**headers, "X-Chronicler-User": "alice"})
+        import re
+        inserted = int(re.search(r"(\d+) new messages", done.stdout).group(1))
+        assert inserted >= 4 and alice.status_code == 200 and len(alice.json()["messages"]) == inserted
+        bob = requests.get(f"http://127.0.0.1:{port}/v1/chats", timeout=10,
+                           headers={**headers, "X-Chronicler-User": "bob"})
+        assert bob.json()["chats"] == []
+        out = tmp_path / "alice.sqlite3"
+        backup = subprocess.run([sys.executable, "-m", "server_plugin.cli", "backup", "--data-dir", str(data),
+                                 "--user", "alice", "--out", str(out)], env=env, capture_output=True,
+                                text=True, timeout=120)
+        assert backup.returncode == 0, backup.stderr
+        assert "1 chats" in backup.stdout and out.is_file()  # alice's store: bob has no chat
+    finally:
+        proc.terminate()
+        proc.wait(30)
