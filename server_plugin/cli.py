@@ -146,21 +146,32 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def install_extension(args: argparse.Namespace) -> int:
-    """Copy (or link) the extension into SillyTavern and point it at this sidecar."""
+    """Install the extension (and the server plugin) into SillyTavern and connect it to this sidecar."""
     from .sillytavern.install import InstallError
     from .sillytavern.install import install_extension as install
 
     settings = load_settings({"data_dir": args.data_dir})
+    plugin = bool(args.sillytavern) and not args.no_plugin
     try:
         result = install(settings, sillytavern=Path(args.sillytavern) if args.sillytavern else None,
                          data_root=Path(args.data_root) if args.data_root else None,
-                         user=args.user, link=args.link,
+                         user=args.user, link=args.link, plugin=plugin,
+                         st_config=Path(args.st_config) if args.st_config else None,
+                         allow_node_modules=args.allow_node_modules,
                          **({"source": Path(args.source)} if args.source else {}))
     except InstallError as exc:
         print(f"chronicler: {exc}", file=sys.stderr)
         return 1
     how = "Linked" if result.linked else "Copied"
     print(f"{how} the extension to {result.destination}")
+    if result.plugin is not None:
+        print(f"Copied the server plugin to {result.plugin} (it starts this sidecar: data in {settings.data_path}, "
+              f"log in {settings.data_path / 'sidecar.log'})")
+        for change in result.config_changes or ["SillyTavern's config.yaml already had enableServerPlugins: true"]:
+            print(f"Changed {change}" if result.config_changes else change)
+        print(f"Wrote {result.config_path} (the extension uses SillyTavern's {result.sidecar_url} route)")
+        print("Next: restart SillyTavern. It starts the sidecar itself; Chronicler is in the Extensions panel.")
+        return 0
     print(f"Wrote {result.config_path} (sidecar {result.sidecar_url} and its token; the extension "
           "reads it when its own settings are empty)")
     if result.origins_added:
@@ -365,6 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_install.add_argument("--user", default="default-user", help="SillyTavern user handle (default: default-user)")
     p_install.add_argument("--link", action="store_true", help="symlink instead of copying (for development)")
     p_install.add_argument("--data-dir", help="this sidecar's data folder (where its token and config.toml live)")
+    p_install.add_argument("--no-plugin", action="store_true", help="no server plugin: the extension calls "
+                           "the sidecar directly (you start it with `chronicler serve`)")
+    p_install.add_argument("--st-config", help="SillyTavern's config.yaml when it is not in ST_DIR (--configPath)")
+    p_install.add_argument("--allow-node-modules", action="store_true", help="install into a SillyTavern "
+                           "inside node_modules even though an npm upgrade would remove the plugin")
     p_install.add_argument("--source", help=argparse.SUPPRESS)  # another extension/ folder (tests)
     p_install.set_defaults(func=install_extension)
 
