@@ -75,6 +75,8 @@ def test_direct_mode_keeps_one_store_and_refuses_the_header(api):
     health = expect_ok(api.get("/v1/health"), 200, "health.response")
     assert health["store"] == {"user": "default-user", "per_user": False}
     assert "settings" in health["capabilities"] and "per_user_stores" not in health["capabilities"]
+    # What the extension's features read from here (extension/src/features.js CAPABILITY_OF).
+    assert {"search", "sessions", "context", "message_ids", "client_jobs"} <= set(health["capabilities"])
 
 
 # --- settings at run time --------------------------------------------------------------------
