@@ -150,6 +150,9 @@ def install_extension(args: argparse.Namespace) -> int:
     from .sillytavern.install import InstallError
     from .sillytavern.install import install_extension as install
 
+    if not args.sillytavern and not args.data_root:
+        print("chronicler: give --sillytavern ST_DIR (or --data-root DATA_DIR with --no-plugin)", file=sys.stderr)
+        return 2
     settings = load_settings({"data_dir": args.data_dir})
     plugin = bool(args.sillytavern) and not args.no_plugin
     try:
@@ -369,10 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_serve.set_defaults(func=serve)
 
     p_install = sub.add_parser("install-extension", help="install the SillyTavern extension and point it at this sidecar")
-    where = p_install.add_mutually_exclusive_group(required=True)
-    where.add_argument("--sillytavern", metavar="ST_DIR", help="SillyTavern's install folder (its data root is read "
-                       "from config.yaml, default ST_DIR/data)")
-    where.add_argument("--data-root", metavar="DATA_DIR", help="SillyTavern's data root (the folder holding default-user/)")
+    p_install.add_argument("--sillytavern", metavar="ST_DIR", help="SillyTavern's install folder (its data root "
+                           "is read from config.yaml, default ST_DIR/data)")
+    p_install.add_argument("--data-root", metavar="DATA_DIR", help="SillyTavern's data root (the folder holding "
+                           "default-user/), when it is not the one ST_DIR's config.yaml names (--dataRoot)")
     p_install.add_argument("--user", default="default-user", help="SillyTavern user handle (default: default-user)")
     p_install.add_argument("--link", action="store_true", help="symlink instead of copying (for development)")
     p_install.add_argument("--data-dir", help="this sidecar's data folder (where its token and config.toml live)")

@@ -208,14 +208,16 @@ def install_extension(settings: Settings, *, sillytavern: Path | None = None, da
     With SillyTavern's user accounts on, the extension goes to the global third-party folder, where
     every user gets it.
     """
-    if (sillytavern is None) == (data_root is None):
-        raise InstallError("Give either --sillytavern ST_DIR or --data-root DATA_DIR.")
+    if sillytavern is None and data_root is None:
+        raise InstallError("Give --sillytavern ST_DIR (or --data-root DATA_DIR).")
     if not user or "/" in user or user in {".", ".."}:
         raise InstallError(f"Not a SillyTavern user handle: {user!r}")
     if plugin and sillytavern is None:
         raise InstallError("The server plugin goes into SillyTavern's server folder: give --sillytavern ST_DIR "
                            "(or --no-plugin).")
-    root, found_config = locate(sillytavern, data_root)
+    root, found_config = locate(sillytavern, None) if sillytavern is not None else locate(None, data_root)
+    if sillytavern is not None and data_root is not None:  # SillyTavern started with --dataRoot
+        root = data_root.expanduser().resolve()
     st_config = st_config.expanduser().resolve() if st_config else found_config
     st_dir = sillytavern.expanduser().resolve() if sillytavern else None
     if plugin:
