@@ -67,15 +67,17 @@ class PluginST:
     """SillyTavern with the Chronicler plugin, in a server folder of its own (the plugin lives in
     `<server folder>/plugins/`, so the shared package must not be touched)."""
 
-    def __init__(self, st_package: Path, fake: FakeLLM, tmp_path: Path) -> None:
+    def __init__(self, st_package: Path, fake: FakeLLM, tmp_path: Path, accounts: bool = False) -> None:
         # Beside the shared package, so its dependencies (../) resolve; removed afterwards.
+        self.accounts = accounts
         self.folder = st_package.parent / f"sillytavern-plugin-{os.getpid()}-{tmp_path.name}"
         shutil.copytree(st_package, self.folder, symlinks=True)
         self.root = tmp_path / "st-data"
         prepare_data_root(self.root, self.folder, fake.url, extension_src=None)
         self.port = free_port()
         (self.root / "config.yaml").write_text(f"port: {self.port}\nlisten: false\nenableServerPlugins: false\n"
-                                               "enableServerPluginsAutoUpdate: false\n")
+                                               "enableServerPluginsAutoUpdate: false\n"
+                                               f"enableUserAccounts: {str(accounts).lower()}\n")
         self.side_dir = tmp_path / "sidecar"
         env = {k: v for k, v in os.environ.items() if not k.startswith("CHRONICLER_")}
         self.install = subprocess.run(
@@ -86,7 +88,11 @@ class PluginST:
         assert self.install.returncode == 0, self.install.stderr
         # The sidecar the plugin starts runs this checkout's code (PYTHONPATH goes down to it).
         os.environ.setdefault("PYTHONPATH", str(REPO_ROOT))
-        self.server = SillyTavernServer(self.folder, self.root, port=self.port).start()
+        self.server = SillyTavernServer(self.folder, self.root, port=self.port)
+        if accounts:  # "/" and "/login" redirect to each other before a session: wait for a static file
+            self.server.start(ready=f"{self.server.url}/favicon.ico")
+        else:
+            self.server.start()
 
     @property
     def url(self) -> str:
@@ -100,8 +106,11 @@ class PluginST:
 
     def running(self, limit: float = 120.0) -> dict[str, Any]:
         """The plugin's status once its sidecar runs with the model loaded and the index built."""
-        status = _until(lambda: (s := self.status()) and s["state"] == "running" and s.get("sidecar_version")
-                        and s, limit)
+        if self.accounts:  # the status route needs a session then: the connection file says it runs
+            status = _until(lambda: (self.side_dir / "sidecar.json").is_file() and {"state": "running"}, limit)
+        else:
+            status = _until(lambda: (s := self.status()) and s["state"] == "running" and s.get("sidecar_version")
+                            and s, limit)
         _until(lambda: (h := self.direct("GET", "/v1/health")) and h["embedder"]["ready"] and h["search"]["ready"],
                limit)
         return status
@@ -221,3 +230,83 @@ def test_a_killed_sidecar_is_back_within_15_s_and_sigkill_of_sillytavern_leaves_
     os.kill(st.server.proc.pid, signal.SIGKILL)  # no exit(): SillyTavern just dies
     st.server.proc.wait(10)
     _until(lambda: not _alive(child), 30.0)
+
+
+# --- user accounts: one store per SillyTavern user -------------------------------------------
+def _login(browser: Any, st: PluginST, handle: str, request: pytest.FixtureRequest) -> tuple[Any, STPage, list[str]]:
+    """A browser context logged in to SillyTavern as `handle` (no password), on the app's page."""
+    context, page, seen = _page(browser, st, request)
+    page.page.goto(st.url + "/login", wait_until="domcontentloaded")
+    status = page.evaluate("""async handle => {
+        const { token } = await (await fetch('/csrf-token')).json();
+        const r = await fetch('/api/users/login', {method: 'POST', credentials: 'same-origin',
+            headers: {'Content-Type': 'application/json', 'X-CSRF-Token': token},
+            body: JSON.stringify({handle, password: ''})});
+        return r.status; }""", handle)
+    assert status == 200, f"login as {handle}: {status}"
+    page.open()
+    configure_chronicler(page, contextTimeoutMs=20000)
+    return context, page, seen
+
+
+def _plugin(page: STPage, method: str, path: str, body: Any = None) -> dict[str, Any]:
+    """A call through the plugin route from the page, as the extension makes it (session + CSRF)."""
+    return page.evaluate("""async ([method, path, body]) => {
+        const headers = SillyTavern.getContext().getRequestHeaders();
+        const r = await fetch('/api/plugins/chronicler' + path, {method, headers, credentials: 'same-origin',
+            body: body === null ? undefined : JSON.stringify(body)});
+        return {status: r.status, body: await r.json()}; }""", [method, path, body])
+
+
+def test_user_accounts_two_users_each_with_their_own_store(st_package: Path, fake: FakeLLM, tmp_path: Path,
+                                                            browser: Any, request: pytest.FixtureRequest) -> None:
+    from tests.helpers.sillytavern import st_settings
+
+    st = PluginST(st_package, fake, tmp_path, accounts=True)
+    contexts = []
+    try:
+        assert (st.folder / "public" / "scripts" / "extensions" / "third-party" / "Chronicler").is_dir()
+        st.running()
+        admin, admin_page, _ = _login(browser, st, "default-user", request)
+        contexts.append(admin)
+        made = admin_page.evaluate("""async () => {
+            const r = await fetch('/api/users/create', {method: 'POST', credentials: 'same-origin',
+                headers: SillyTavern.getContext().getRequestHeaders(),
+                body: JSON.stringify({handle: 'bob', name: 'Bob', password: ''})});
+            return r.status; }""")
+        assert made == 200, made
+        (st.root / "bob" / "settings.json").write_text(json.dumps(st_settings(st.folder, fake.url)))
+        bob, bob_page, _ = _login(browser, st, "bob", request)
+        contexts.append(bob)
+        alice_page = admin_page  # the default user
+        mine = _plugin(alice_page, "POST", "/v1/memories", {"text": PINNED, "scope": "global", "pinned": True,
+                                                            "actor": "user"})
+        assert mine["status"] == 201, mine
+        theirs = _plugin(bob_page, "POST", "/v1/memories", {"text": "Bob's horse is named Thistle.",
+                                                            "scope": "global", "pinned": True, "actor": "user"})
+        assert theirs["status"] == 201, theirs
+        # Each prompt holds only its user's memory.
+        for page, own, other in ((alice_page, PINNED, "Thistle"), (bob_page, "Thistle", PINNED)):
+            fake.reset()
+            page.select_character("Seraphina")
+            page.send("What do you remember?")
+            prompt = json.dumps(fake.completions()[-1]["messages"])
+            assert own in prompt and other not in prompt
+        # Bob cannot read or change Alice's memory by its id, nor her settings.
+        alice_id = mine["body"]["memory"]["id"]
+        assert _plugin(bob_page, "GET", f"/v1/memories/{alice_id}")["status"] == 404
+        gone = _plugin(bob_page, "DELETE", f"/v1/memories/{alice_id}?actor=user")
+        assert gone["status"] == 404 and gone["body"]["error"]["code"] == "memory_not_found", gone
+        assert _plugin(alice_page, "PATCH", "/v1/settings", {"llm_mode": "client"})["status"] == 200
+        assert _plugin(bob_page, "GET", "/v1/settings")["body"]["settings"]["llm_mode"] == "extractive"
+        assert _plugin(alice_page, "GET", f"/v1/memories/{alice_id}")["status"] == 200
+        # Without a session SillyTavern refuses before the plugin.
+        stranger, stranger_page, _ = _page(browser, st, request)
+        contexts.append(stranger)
+        stranger_page.page.goto(st.url + "/login", wait_until="domcontentloaded")
+        status = stranger_page.evaluate("async () => (await fetch('/api/plugins/chronicler/v1/memories')).status")
+        assert status in (401, 403), status
+    finally:
+        for context in contexts:
+            context.close()
+        st.close()
