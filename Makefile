@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
-# The extension's own tests need Node.js >= 20 and Ajv (package.json); skipped with a note without npm.
+# The extension's and the server plugin's tests need Node.js >= 20 and Ajv (package.json); skipped with a note without npm.
 node_modules/.installed: package.json package-lock.json
 	@if command -v npm >/dev/null; then npm ci --no-audit --no-fund --silent && touch $@; \
 	else echo "npm not found: the extension's node tests will be skipped"; fi
@@ -33,7 +33,7 @@ test-python: setup
 	$(PY) -m pytest -q tests --ignore=tests/e2e
 
 test-node: node_modules/.installed
-	@if command -v node >/dev/null; then node --test tests/extension/; fi
+	@if command -v node >/dev/null; then node --test tests/extension/ tests/st_plugin/; fi
 
 # A real browser and SillyTavern on 2 cores: a test that fails is run once more, and the rerun is
 # reported (`R` in the progress line, "rerun" in the summary); one that fails twice fails the run.

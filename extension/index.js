@@ -13,12 +13,19 @@ import { TightBudgetNotice, cachedCounter, standingText } from './src/reserve.js
 import { INSTALL_CONFIG_FILE, SETTINGS_KEY, fetchInstallConfig, fromInstallConfig, readSettings, storeSettings } from './src/settings.js';
 import { addSettingsDrawer } from './src/settings_panel.js';
 import { ChatSync, placeNow, speakerNow } from './src/sync/index.js';
+import { connectionFrom, describePath, pluginClient, versionWarning } from './src/route.js';
 import { registerTools } from './src/tools.js';
 import { pageWorker } from './src/worker.js';
 
 const ctx = () => SillyTavern.getContext();
 const settings = () => readSettings(ctx());
-const client = (timeoutKey) => clientFor(settings(), timeoutKey);
+// The file `chronicler install-extension` wrote beside our folder (never inside it: see
+// server_plugin/sillytavern/install.py): the plugin's route, or the direct sidecar's URL and token.
+const installed = await fetchInstallConfig(new URL(`../${INSTALL_CONFIG_FILE}`, import.meta.url));
+const via = connectionFrom(installed);
+const client = (timeoutKey = 'requestTimeoutMs') => (via.mode === 'plugin'
+    ? pluginClient(via, location.origin, () => ctx().getRequestHeaders(), settings()[timeoutKey])
+    : clientFor(settings(), timeoutKey));
 
 // The folder SillyTavern serves us from, e.g. "third-party/Chronicler" (whatever it was named).
 const EXTENSION_PATH = decodeURIComponent(new URL('.', import.meta.url).pathname)
@@ -82,10 +89,8 @@ const c = ctx();
 listen(c.eventSource, c.eventTypes, on);
 attempt('register tools', () => registerTools(c, { getClient: () => client(), speaker: () => speakerNow(ctx(), state.turns.current), getSettings: settings, features }));
 attempt('register slash commands', () => registerCommands(c, { getClient: () => client(), where: () => placeNow(ctx()), getSettings: settings }, commandUi(c, toast)));
-// The URL and token `chronicler install-extension` wrote beside our folder (never inside it: see
-// server_plugin/install.py), taken only while ours are empty.
-const installed = await fetchInstallConfig(new URL(`../${INSTALL_CONFIG_FILE}`, import.meta.url));
-const patch = fromInstallConfig(ctx().extensionSettings[SETTINGS_KEY], installed);
+// Directly: the URL and token of the install file, taken only while ours are empty.
+const patch = via.mode === 'direct' ? fromInstallConfig(ctx().extensionSettings[SETTINGS_KEY], installed) : null;
 if (patch) writeSettings(patch);
 on.refreshFeatures();
 refreshDrawer = await attempt('add the settings drawer', () => addSettingsDrawer(ctx(), EXTENSION_PATH, {
@@ -99,3 +104,20 @@ refreshDrawer = await attempt('add the settings drawer', () => addSettingsDrawer
     features: () => features.known,
 }));
 state.panel = await attempt('add the memory panel', () => installPanel({ getContext: ctx, getClient: () => client(), state }));
+
+// Say which way the memory goes, and warn once when the parts' versions disagree.
+attempt('show the connection path', () => {
+    const line = document.createElement('div');
+    line.id = 'chronicler_path';
+    line.className = 'chronicler-path';
+    line.textContent = describePath(via, settings());
+    document.querySelector('#chronicler_settings')?.prepend(line);
+});
+if (via.mode === 'plugin') {
+    attempt('compare versions', async () => {
+        const manifest = await (await fetch(new URL('manifest.json', import.meta.url), { cache: 'no-store' })).json();
+        const status = await client().request('GET', '/status');
+        const warning = versionWarning({ extension: manifest.version, plugin: status?.plugin_version, sidecar: status?.sidecar_version });
+        if (warning) toast('warning', warning, { timeOut: 15000 });
+    });
+}

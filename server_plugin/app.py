@@ -6,11 +6,11 @@ import logging
 import re
 from typing import Any, Callable
 
-from flask import Flask
+from flask import Flask, g
 from flask_cors import CORS
 from werkzeug.exceptions import HTTPException
 
-from . import api, priority
+from . import api, priority, store_settings
 from .api.common import EXTENSION_KEY
 from .api.security import Guard, install
 from .clock import Clock
@@ -25,6 +25,7 @@ from .services import Services
 from .settings import Settings, ensure_token
 from .store import migrations
 from .store.db import Database, StorageFull, StorageUnavailable
+from .stores import Stores
 from .story import context, conversation, deep_memory, episodes, memories, sessions, sheets, summaries, told
 
 log = logging.getLogger("chronicler")
@@ -116,9 +117,38 @@ def _counted(wsgi_app: Callable[..., Any]) -> Callable[..., Any]:
     return counted
 
 
-def create_app(settings: Settings, *, services: Services | None = None) -> Flask:
-    """A ready Flask app (serve it with waitress; see cli.py)."""
-    services = services or build_services(settings)
+def _store_opener(settings: Settings, services: Services | None,
+                  workers: dict[int, Any]) -> tuple[Callable[[Settings], Services], Callable[[Services], None]]:
+    """How the app opens and closes a store: the embedding model, token counter and clock are
+    made once and shared by every store; each store has its own database, worker and index."""
+    first = services
+    embedder = services.embedder if services else embeddings.from_settings(settings)
+    clock = services.clock if services else Clock()
+
+    def open_one(store: Settings) -> Services:
+        nonlocal first
+        if first is not None:  # the store a caller built (tests): its own settings stay
+            svc, first = first, None
+            if any(store.source_of(name) == "store settings" for name in store_settings.EDITABLE):
+                svc.settings = store  # ...but what the person changed at run time applies
+        else:
+            svc = build_services(store, embedder=embedder, clock=clock)
+        workers[id(svc)] = worker.start(svc)
+        live_index.start(svc)  # builds the in-memory search index in the background
+        return svc
+
+    def close_one(svc: Services) -> None:
+        running = workers.pop(id(svc), None)
+        if running is not None:
+            running.stop()
+        svc.db.close()
+
+    return open_one, close_one
+
+
+def create_app(settings: Settings, *, services: Services | None = None, per_user: bool = False) -> Flask:
+    """A ready Flask app (serve it with waitress; see cli.py). `per_user`: one store per
+    SillyTavern user, chosen by the server plugin (stores.py); otherwise the one store."""
     token, _ = ensure_token(settings)
     app = Flask("chronicler", static_folder=None)  # no static route: an API only
     # An id holding a percent-encoded '/' arrives as '//' in the path; Werkzeug would answer with a
@@ -128,8 +158,12 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
     app.config["MAX_CONTENT_LENGTH"] = max(settings.max_body_bytes, settings.max_import_bytes,
                                             settings.max_messages_body_bytes)
     app.json.sort_keys = False
-    app.extensions[EXTENSION_KEY] = services
-    guard = Guard(settings, token)
+    workers: dict[int, Any] = {}
+    stores = Stores(settings, *_store_opener(settings, services, workers), per_user=per_user)
+    app.extensions["chronicler_stores"] = stores
+    app.extensions[EXTENSION_KEY] = default = stores.get()
+    app.extensions["chronicler_worker"] = workers.get(id(default))
+    guard = Guard(settings, token, per_user=per_user)
     app.extensions["chronicler_guard"] = guard
     # CORS for the exact allowlist only; credentials are a bearer header, never cookies.
     CORS(app, resources={r"/v1/*": {"origins": list(settings.origins)}},
@@ -137,9 +171,15 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
          methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"], max_age=600,
          supports_credentials=False)
     install(app, guard)
+
+    @app.before_request
+    def _choose_store() -> None:
+        # After the guard: the handle is honoured only with the plugin's token (Guard.store_handle).
+        handle = guard.store_handle()
+        g.chronicler_store = handle or "default-user"
+        g.chronicler_services = stores.get(handle)
+
     _install_error_envelope(app)
     api.register(app)
     app.wsgi_app = _counted(app.wsgi_app)  # type: ignore[method-assign]
-    app.extensions["chronicler_worker"] = worker.start(services)
-    live_index.start(services)  # builds the in-memory search index in the background
     return app

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import fcntl
 import logging
 import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import IO, Any, Sequence
 
@@ -16,6 +20,34 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from .settings import SettingsError, load_settings  # noqa: E402
 
 LOCK_FILE = "chronicler.lock"
+# Written by the SillyTavern server plugin while its sidecar listens (st_plugin/src/config.js).
+CONNECTION_FILE = "sidecar.json"
+
+
+def plugin_sidecar(data_dir: Path) -> dict[str, Any] | None:
+    """Where the server plugin's sidecar listens ({url, port, token, ...}), or None."""
+    import json
+
+    try:
+        data = json.loads((data_dir / CONNECTION_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("url"), str) or not isinstance(data.get("token"), str):
+        return None
+    return data
+
+
+def store_folder(data_dir: Path, user: str | None) -> Path:
+    """A store's folder: DATA_DIR itself, or DATA_DIR/users/<user> for the server plugin's sidecar
+    (one store per SillyTavern user; the default user's when `user` is None and that layout is there)."""
+    from .stores import DEFAULT_USER, HANDLE, USERS_FOLDER
+
+    if user is None and not (data_dir / USERS_FOLDER).is_dir():
+        return data_dir
+    handle = user or DEFAULT_USER
+    if not HANDLE.fullmatch(handle):
+        raise SettingsError(f"--user {handle!r} is not a SillyTavern user handle")
+    return data_dir / USERS_FOLDER / handle
 
 
 class AlreadyRunning(Exception):
@@ -41,6 +73,37 @@ def lock_data_dir(data_dir: Path) -> IO[str]:
     return handle
 
 
+def exit_with_parent(grace_seconds: float = 10.0) -> threading.Thread:
+    """Leave when stdin reaches its end: the server plugin that started us holds its other end,
+    and the OS closes it when that process dies, however it dies (SIGKILL too, on every OS).
+
+    The main thread is interrupted (so the stores close as on Ctrl-C); if it has not left after
+    `grace_seconds`, the process ends anyway.
+    """
+    def watch() -> None:
+        try:
+            while sys.stdin.buffer.read(65536):
+                pass
+        except (OSError, ValueError):
+            pass
+        logging.getLogger("chronicler").warning("the process that started this sidecar is gone: stopping")
+        _thread.interrupt_main()
+        time.sleep(grace_seconds)
+        os._exit(0)
+
+    thread = threading.Thread(target=watch, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (the plugin's exit(), a service manager) stops like Ctrl-C: the stores close."""
+    def stop(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def serve(args: argparse.Namespace) -> int:
     import waitress
 
@@ -53,7 +116,10 @@ def serve(args: argparse.Namespace) -> int:
     except AlreadyRunning as exc:
         print(f"chronicler: {exc}", file=sys.stderr)
         return 3
-    app = create_app(settings)
+    if args.exit_with_stdin:
+        exit_with_parent()
+    _stop_on_sigterm()
+    app = create_app(settings, per_user=args.per_user)
     server = waitress.create_server(app, host=settings.host, port=settings.port,
                                     threads=settings.threads, ident="chronicler",
                                     max_request_body_size=max(settings.max_import_bytes,
@@ -66,32 +132,49 @@ def serve(args: argparse.Namespace) -> int:
     print("Bearer token: " + (f"in {token_path}" if token_path else "from CHRONICLER_TOKEN / settings"),
           flush=True)
     print(f"Allowed origins: {', '.join(settings.origins)}", flush=True)
+    if args.per_user:
+        print(f"One store per SillyTavern user, in {settings.data_path / 'users'}", flush=True)
     try:
         server.run()
     except KeyboardInterrupt:
         pass
     finally:
-        app.extensions["chronicler"].db.close()
+        server.close()
+        app.extensions["chronicler_stores"].close_all()
         lock.close()
     return 0
 
 
 def install_extension(args: argparse.Namespace) -> int:
-    """Copy (or link) the extension into SillyTavern and point it at this sidecar."""
+    """Install the extension (and the server plugin) into SillyTavern and connect it to this sidecar."""
     from .sillytavern.install import InstallError
     from .sillytavern.install import install_extension as install
 
+    if not args.sillytavern and not args.data_root:
+        print("chronicler: give --sillytavern ST_DIR (or --data-root DATA_DIR with --no-plugin)", file=sys.stderr)
+        return 2
     settings = load_settings({"data_dir": args.data_dir})
+    plugin = bool(args.sillytavern) and not args.no_plugin
     try:
         result = install(settings, sillytavern=Path(args.sillytavern) if args.sillytavern else None,
                          data_root=Path(args.data_root) if args.data_root else None,
-                         user=args.user, link=args.link,
+                         user=args.user, link=args.link, plugin=plugin,
+                         st_config=Path(args.st_config) if args.st_config else None,
+                         allow_node_modules=args.allow_node_modules,
                          **({"source": Path(args.source)} if args.source else {}))
     except InstallError as exc:
         print(f"chronicler: {exc}", file=sys.stderr)
         return 1
     how = "Linked" if result.linked else "Copied"
     print(f"{how} the extension to {result.destination}")
+    if result.plugin is not None:
+        print(f"Copied the server plugin to {result.plugin} (it starts this sidecar: data in {settings.data_path}, "
+              f"log in {settings.data_path / 'sidecar.log'})")
+        for change in result.config_changes or ["SillyTavern's config.yaml already had enableServerPlugins: true"]:
+            print(f"Changed {change}" if result.config_changes else change)
+        print(f"Wrote {result.config_path} (the extension uses SillyTavern's {result.sidecar_url} route)")
+        print("Next: restart SillyTavern. It starts the sidecar itself; Chronicler is in the Extensions panel.")
+        return 0
     print(f"Wrote {result.config_path} (sidecar {result.sidecar_url} and its token; the extension "
           "reads it when its own settings are empty)")
     if result.origins_added:
@@ -110,9 +193,10 @@ def backup(args: argparse.Namespace) -> int:
     from .store.backup import BackupError, backup_database, default_backup_path
 
     settings = load_settings({"data_dir": args.data_dir})
-    out = Path(args.out).expanduser() if args.out else default_backup_path(settings.data_path)
+    folder = store_folder(settings.data_path, args.user)
+    out = Path(args.out).expanduser() if args.out else default_backup_path(folder)
     try:
-        result = backup_database(settings.data_path / settings.db_file, out.resolve(),
+        result = backup_database(folder / settings.db_file, out.resolve(),
                                  busy_timeout_ms=settings.busy_timeout_ms)
     except BackupError as exc:
         print(f"chronicler: {exc}", file=sys.stderr)
@@ -226,12 +310,13 @@ def import_chat(args: argparse.Namespace) -> int:
               file=sys.stderr)
     progress = not args.no_progress
     if args.url:
-        token = args.token or os.environ.get("CHRONICLER_TOKEN", "")
+        url, token = _online_target(args)
         if not token:
-            print("chronicler: --url needs --token (or CHRONICLER_TOKEN)", file=sys.stderr)
+            print("chronicler: --url needs --token (or CHRONICLER_TOKEN); none was found in the "
+                  f"data folder's {CONNECTION_FILE} or token file either", file=sys.stderr)
             return 2
-        report = chat_file.run(plan, chat_file.HttpSink(args.url, token), args.batch_size, progress,
-                              args.wait)
+        report = chat_file.run(plan, chat_file.HttpSink(url, token, user=args.user), args.batch_size,
+                               progress, args.wait)
     else:
         from .api.schemas import default_schemas
         from .app import build_services
@@ -256,6 +341,26 @@ def import_chat(args: argparse.Namespace) -> int:
     return 0
 
 
+def _online_target(args: argparse.Namespace) -> tuple[str, str]:
+    """The URL and token for --url: given, or found in the data folder (`--url plugin`: the
+    SillyTavern server plugin's sidecar, from its connection file; otherwise the token file)."""
+    from .settings import ensure_token
+
+    token = args.token or os.environ.get("CHRONICLER_TOKEN", "")
+    settings = load_settings({"data_dir": args.data_dir})
+    found = plugin_sidecar(settings.data_path)
+    if args.url == "plugin":
+        if found is None:
+            raise SettingsError(f"--url plugin: no {CONNECTION_FILE} in {settings.data_path} (is "
+                                "SillyTavern with the Chronicler plugin running?)")
+        return found["url"], token or found["token"]
+    if not token and found is not None and found["url"].rstrip("/") == args.url.rstrip("/").removesuffix("/v1"):
+        token = found["token"]
+    if not token and (settings.data_path / "token").is_file():
+        token = ensure_token(settings)[0]
+    return args.url, token
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chronicler", description="Long-campaign memory for SillyTavern.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -263,22 +368,33 @@ def build_parser() -> argparse.ArgumentParser:
     p_serve.add_argument("--host", help="interface to bind (default 127.0.0.1)")
     p_serve.add_argument("--port", type=int, help="port (default 7711)")
     p_serve.add_argument("--data-dir", help="data folder (default: the user data folder)")
+    p_serve.add_argument("--per-user", action="store_true", help="one store per SillyTavern user, named "
+                         "by the server plugin on each request (the plugin starts the sidecar so)")
+    p_serve.add_argument("--exit-with-stdin", action="store_true", help="stop when stdin closes (the "
+                         "process that started this sidecar died)")
     p_serve.set_defaults(func=serve)
 
     p_install = sub.add_parser("install-extension", help="install the SillyTavern extension and point it at this sidecar")
-    where = p_install.add_mutually_exclusive_group(required=True)
-    where.add_argument("--sillytavern", metavar="ST_DIR", help="SillyTavern's install folder (its data root is read "
-                       "from config.yaml, default ST_DIR/data)")
-    where.add_argument("--data-root", metavar="DATA_DIR", help="SillyTavern's data root (the folder holding default-user/)")
+    p_install.add_argument("--sillytavern", metavar="ST_DIR", help="SillyTavern's install folder (its data root "
+                           "is read from config.yaml, default ST_DIR/data)")
+    p_install.add_argument("--data-root", metavar="DATA_DIR", help="SillyTavern's data root (the folder holding "
+                           "default-user/), when it is not the one ST_DIR's config.yaml names (--dataRoot)")
     p_install.add_argument("--user", default="default-user", help="SillyTavern user handle (default: default-user)")
     p_install.add_argument("--link", action="store_true", help="symlink instead of copying (for development)")
     p_install.add_argument("--data-dir", help="this sidecar's data folder (where its token and config.toml live)")
+    p_install.add_argument("--no-plugin", action="store_true", help="no server plugin: the extension calls "
+                           "the sidecar directly (you start it with `chronicler serve`)")
+    p_install.add_argument("--st-config", help="SillyTavern's config.yaml when it is not in ST_DIR (--configPath)")
+    p_install.add_argument("--allow-node-modules", action="store_true", help="install into a SillyTavern "
+                           "inside node_modules even though an npm upgrade would remove the plugin")
     p_install.add_argument("--source", help=argparse.SUPPRESS)  # another extension/ folder (tests)
     p_install.set_defaults(func=install_extension)
 
     p_backup = sub.add_parser("backup", help="copy the store to a file (safe while serving)")
     p_backup.add_argument("--data-dir", help="data folder (default: the user data folder)")
     p_backup.add_argument("--out", help="backup file (default: DATA_DIR/backups/chronicler-<time>.sqlite3)")
+    p_backup.add_argument("--user", help="the SillyTavern user whose store to copy (the server plugin's "
+                          "sidecar keeps one per user; default: default-user)")
     p_backup.set_defaults(func=backup)
     p_export = sub.add_parser("export", help="write the whole store as one JSON document (sidecar stopped)")
     p_export.add_argument("--data-dir", help="data folder (default: the user data folder)")
@@ -297,8 +413,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the avatar file name of the chat's character, or NAME=ID per speaker (repeatable)")
     p_chat.add_argument("--user-id", help="register the persona as a player character with this id")
     p_chat.add_argument("--data-dir", help="offline: the data folder (the sidecar must be stopped)")
-    p_chat.add_argument("--url", help="online: a running sidecar, e.g. http://127.0.0.1:7711")
-    p_chat.add_argument("--token", help="its bearer token (default: CHRONICLER_TOKEN)")
+    p_chat.add_argument("--url", help="online: a running sidecar, e.g. http://127.0.0.1:7711, or "
+                        "'plugin' for the one SillyTavern's Chronicler plugin started")
+    p_chat.add_argument("--token", help="its bearer token (default: CHRONICLER_TOKEN, then the data "
+                        "folder's sidecar.json or token file)")
+    p_chat.add_argument("--user", help="online, the plugin's sidecar: the SillyTavern user whose store "
+                        "it goes to (default: default-user)")
     p_chat.add_argument("--batch-size", type=int, default=100, help="messages per request/transaction")
     p_chat.add_argument("--wait", type=float, default=600.0, help="online: seconds to wait for its jobs")
     p_chat.add_argument("--no-progress", action="store_true", help="no progress bar")

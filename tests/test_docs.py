@@ -315,6 +315,8 @@ def test_api_md_response_schemas_match_real_answers(app):
     call = Walk(app)
     examples = SCHEMA_DIR / "examples" / "valid"
     call("GET", "/v1/health")
+    call("GET", "/v1/settings")
+    call("PATCH", "/v1/settings", {"live_window_max_messages": 40})
     call("PUT", "/v1/characters/ayla.png", {"name": "Ayla", "sheet": {"personality": "brave"}}, 201)
     call("PUT", "/v1/characters/player", {"name": "Player", "is_player": True}, 201)
     call("PUT", "/v1/characters/bren.png", {"name": "Bren"}, 201)

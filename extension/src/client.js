@@ -92,11 +92,17 @@ export function pathId(id) {
 
 export class SidecarClient {
     /**
-     * @param {{baseUrl: string, token?: string, timeoutMs?: number, fetchImpl?: typeof fetch}} options
+     * `headers` (a function) adds headers to every call and `credentials` says whether cookies go
+     * along: through SillyTavern's server plugin, the session cookie and its CSRF token are what let
+     * a call in; directly, the bearer token is, and cookies never go.
+     * @param {{baseUrl: string, token?: string, timeoutMs?: number, fetchImpl?: typeof fetch,
+     *          headers?: () => Record<string, string>, credentials?: RequestCredentials}} options
      */
-    constructor({ baseUrl, token = '', timeoutMs = 10000, fetchImpl = globalThis.fetch.bind(globalThis) }) {
+    constructor({ baseUrl, token = '', timeoutMs = 10000, fetchImpl = globalThis.fetch.bind(globalThis), headers = null, credentials = 'omit' }) {
         this.baseUrl = String(baseUrl).replace(/\/+$/, '');
         this.token = token;
+        this.extraHeaders = headers;
+        this.credentials = credentials;
         this.timeoutMs = timeoutMs;
         this.fetchImpl = fetchImpl;
     }
@@ -114,7 +120,7 @@ export class SidecarClient {
         const timer = setTimeout(() => { timedOut = true; controller.abort(); }, limit);
         const onAbort = () => controller.abort();
         signal?.addEventListener('abort', onAbort, { once: true });
-        const headers = { Accept: 'application/json' };
+        const headers = { ...(this.extraHeaders ? this.extraHeaders() : {}), Accept: 'application/json' };
         if (this.token) headers.Authorization = `Bearer ${this.token}`;
         if (body !== undefined) headers['Content-Type'] = 'application/json';
         let response;
@@ -125,7 +131,7 @@ export class SidecarClient {
                 headers,
                 body: body === undefined ? undefined : JSON.stringify(body),
                 signal: controller.signal,
-                credentials: 'omit',
+                credentials: this.credentials,
                 cache: 'no-store',
             });
             text = await response.text();

@@ -20,6 +20,23 @@ export const PROBES = Object.freeze({
     context: { method: 'POST', path: '/v1/context', body: { __probe__: true } },
 });
 
+/** The capability in GET /v1/health's `capabilities` that says a feature is there. */
+export const CAPABILITY_OF = Object.freeze({
+    search: 'search', sessions: 'sessions', jobs: 'client_jobs', messageIds: 'message_ids', context: 'context',
+});
+
+/**
+ * Features from the sidecar's list of capabilities, or null when it sends none (an older sidecar:
+ * then each feature is probed).
+ * @param {any} health GET /v1/health's answer
+ * @returns {Record<string, boolean>|null}
+ */
+export function fromCapabilities(health) {
+    const list = health?.capabilities;
+    if (!Array.isArray(list)) return null;
+    return Object.fromEntries(Object.entries(CAPABILITY_OF).map(([name, capability]) => [name, list.includes(capability)]));
+}
+
 /**
  * What one probe's outcome says: true (the route exists), false (it does not), undefined (no
  * answer: the sidecar is down or the token is wrong — ask again later).
@@ -80,6 +97,20 @@ export class Features {
     }
 
     async probeAll(client) {
+        // One request that cannot fail for a missing route: the list of capabilities in health.
+        let health = null;
+        try {
+            health = await client.request('GET', '/v1/health');
+        } catch {
+            health = null;
+        }
+        const listed = fromCapabilities(health);
+        if (listed) {
+            this.known = listed;
+            this.checkedAt = this.now();
+            this.checkedUrl = client.baseUrl;
+            return this.known;
+        }
         const entries = await Promise.all(Object.entries(PROBES).map(async ([name, probe]) => {
             try {
                 await client.request(probe.method, probe.path, { body: probe.body });

@@ -18,11 +18,13 @@ from . import (
     notes,
     portable,
     search,
+    settings,
     summaries,
 )
 
 BLUEPRINTS = [health.bp, characters.bp, chats.bp, memories.bp, conversation.bp, summaries.bp,
-              notes.bp, jobs.bp, drafts.bp, lore.bp, context.bp, search.bp, episodes.bp, portable.bp]
+              notes.bp, jobs.bp, drafts.bp, lore.bp, context.bp, search.bp, episodes.bp, portable.bp,
+              settings.bp]
 
 
 def register(app: Flask) -> None:

@@ -10,6 +10,7 @@ from flask import current_app, g, request
 
 from ..errors import BadRequest
 from ..services import Services
+from ..stores import DEFAULT_USER, Stores
 from .schemas import default_schemas
 from .security import sqlite_int
 
@@ -17,7 +18,19 @@ EXTENSION_KEY = "chronicler"
 
 
 def svc() -> Services:
-    return current_app.extensions[EXTENSION_KEY]
+    """The store this request is for (app.py chooses it per request; one store in direct mode)."""
+    chosen = g.get("chronicler_services")
+    return chosen if chosen is not None else current_app.extensions[EXTENSION_KEY]
+
+
+def stores() -> Stores:
+    """Every store the sidecar serves (stores.py)."""
+    return current_app.extensions["chronicler_stores"]
+
+
+def store_handle() -> str:
+    """The user handle of this request's store ('default-user' in direct mode)."""
+    return g.get("chronicler_store") or DEFAULT_USER
 
 
 def body(schema: str) -> dict[str, Any]:

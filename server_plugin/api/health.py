@@ -6,9 +6,16 @@ from flask import Blueprint
 
 from .. import __version__
 from ..retrieval import live_index
-from .common import svc
+from .common import store_handle, stores, svc
 
 bp = Blueprint("health", __name__)
+
+LIMITS = ("max_body_bytes", "max_import_bytes", "max_messages_body_bytes", "max_json_depth")
+
+# What this sidecar can do, so a client detects features from here and never by trying a route
+# that may answer 400 or 404 (a red line in the browser's console).
+CAPABILITIES = ("settings", "search", "sessions", "context", "message_ids", "lore", "episodes", "drafts",
+                "client_jobs", "export", "import", "rollback", "notes", "summaries")
 
 
 @bp.get("/health")
@@ -22,4 +29,8 @@ def health() -> dict:
         "tokenizer": s.tokens.name,
         "llm": {"mode": s.settings.llm_mode},
         "search": live_index.status(s),
+        "capabilities": list(CAPABILITIES) + (["per_user_stores"] if stores().per_user else []),
+        "store": {"user": store_handle(), "per_user": stores().per_user},
+        # For a proxy in front of us (the SillyTavern server plugin): it refuses what we would.
+        "limits": {name: getattr(s.settings, name) for name in LIMITS},
     }

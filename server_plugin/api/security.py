@@ -18,11 +18,14 @@ from flask import Flask, current_app, g, request
 
 from ..errors import BadRequest, Forbidden, PayloadTooLarge, Unauthorized, UnsupportedMediaType
 from ..settings import Settings
+from ..stores import HANDLE
 
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 PUBLIC_PATHS = {"/v1/health"}
 BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 _MESSAGES_PATH = re.compile(r"/v1/chats/[^/]+/messages/?")
+# The SillyTavern user a request is for, set by the server plugin (per-user mode only).
+STORE_HEADER = "X-Chronicler-User"
 
 
 def token_matches(header: str | None, token: str) -> bool:
@@ -46,9 +49,10 @@ def split_host(host: str) -> tuple[str, int | None]:
 class Guard:
     """The request checks, configured from settings; `ports` may be updated once the server binds."""
 
-    def __init__(self, settings: Settings, token: str) -> None:
+    def __init__(self, settings: Settings, token: str, *, per_user: bool = False) -> None:
         self.settings = settings
         self.token = token
+        self.per_user = per_user
         self.origins = set(settings.origins)
         names = set(LOOPBACK_NAMES)
         if settings.host not in {"0.0.0.0", "::", ""}:
@@ -72,6 +76,25 @@ class Guard:
         if not token_matches(request.headers.get("Authorization"), self.token):
             raise Unauthorized("unauthorized", "A valid 'Authorization: Bearer <token>' header is "
                                "required; the token is in the sidecar's data folder.")
+
+    def store_handle(self) -> str | None:
+        """The user handle whose store this request is for; None: the default store.
+
+        Only in per-user mode, and only with the token (which only the server plugin knows there):
+        the browser never reaches the sidecar itself, and the plugin sets the header from the
+        SillyTavern session, so no browser can choose another user's store.
+        """
+        name = request.headers.get(STORE_HEADER)
+        if name is None:
+            return None
+        if not self.per_user:
+            raise BadRequest("store_header_refused", f"This sidecar serves one store; {STORE_HEADER} "
+                             "is for the SillyTavern server plugin's sidecar (serve --per-user).")
+        if not token_matches(request.headers.get("Authorization"), self.token):
+            return None  # a public route asked without the token: the default store answers
+        if not HANDLE.fullmatch(name):
+            raise BadRequest("invalid_user", f"{STORE_HEADER} must be a SillyTavern user handle.")
+        return name
 
     def body_limit(self) -> int:
         if request.path.rstrip("/").endswith("/import"):

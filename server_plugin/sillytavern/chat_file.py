@@ -259,7 +259,7 @@ class LocalSink:
 class HttpSink:
     """A running sidecar: the same routes the extension uses; its own worker runs the jobs."""
 
-    def __init__(self, url: str, token: str, timeout: float = 300.0) -> None:
+    def __init__(self, url: str, token: str, timeout: float = 300.0, user: str | None = None) -> None:
         import requests
 
         self.base = url.rstrip("/")
@@ -267,6 +267,8 @@ class HttpSink:
             self.base += "/v1"
         self.http = requests.Session()
         self.http.headers["Authorization"] = f"Bearer {token}"
+        if user:  # the store of one SillyTavern user, on the server plugin's sidecar
+            self.http.headers["X-Chronicler-User"] = user
         self.timeout = timeout
 
     def _call(self, method: str, path: str, **kw: Any) -> Any:

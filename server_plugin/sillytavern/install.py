@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ..settings import TABLE, Settings, ensure_token
+from . import plugin_install
+from .plugin_install import PluginInstallError
 
 FOLDER = "Chronicler"
 CONFIG_NAME = "chronicler.config.json"
@@ -45,6 +47,8 @@ class InstallResult:
     origins_added: list[str] = field(default_factory=list)
     origins_file: Path | None = None
     notes: list[str] = field(default_factory=list)
+    plugin: Path | None = None
+    config_changes: list[str] = field(default_factory=list)
 
 
 # --- SillyTavern's side ----------------------------------------------------------------------
@@ -189,30 +193,78 @@ def add_origins(config_toml: Path, new: list[str]) -> list[str]:
 
 
 # --- the whole install -----------------------------------------------------------------------
+def _accounts_on(st_config: Path | None) -> bool:
+    return st_config is not None and read_st_config(st_config).get("enableUserAccounts") is True
+
+
 def install_extension(settings: Settings, *, sillytavern: Path | None = None, data_root: Path | None = None,
-                      user: str = "default-user", link: bool = False,
-                      source: Path = EXTENSION_SRC) -> InstallResult:
-    """Install the extension for one SillyTavern user and point it at this sidecar."""
-    if (sillytavern is None) == (data_root is None):
-        raise InstallError("Give either --sillytavern ST_DIR or --data-root DATA_DIR.")
+                      user: str = "default-user", link: bool = False, source: Path = EXTENSION_SRC,
+                      plugin: bool = False, st_config: Path | None = None,
+                      allow_node_modules: bool = False) -> InstallResult:
+    """Install the extension (and with `plugin`, the server plugin) and connect it to this sidecar.
+
+    With the plugin (needs the server folder, `sillytavern`), the extension reaches the sidecar
+    through SillyTavern's own origin; without it, directly (URL and token beside the extension).
+    With SillyTavern's user accounts on, the extension goes to the global third-party folder, where
+    every user gets it.
+    """
+    if sillytavern is None and data_root is None:
+        raise InstallError("Give --sillytavern ST_DIR (or --data-root DATA_DIR).")
     if not user or "/" in user or user in {".", ".."}:
         raise InstallError(f"Not a SillyTavern user handle: {user!r}")
-    root, st_config = locate(sillytavern, data_root)
-    user_dir = root / user
-    if not user_dir.is_dir():
-        hint = " (SillyTavern creates it at first start: start it once, then run this again)"
-        raise InstallError(f"No SillyTavern user folder at {user_dir}{hint}.")
-    extensions = user_dir / "extensions"
+    if plugin and sillytavern is None:
+        raise InstallError("The server plugin goes into SillyTavern's server folder: give --sillytavern ST_DIR "
+                           "(or --no-plugin).")
+    root, found_config = locate(sillytavern, None) if sillytavern is not None else locate(None, data_root)
+    if sillytavern is not None and data_root is not None:  # SillyTavern started with --dataRoot
+        root = data_root.expanduser().resolve()
+    st_config = st_config.expanduser().resolve() if st_config else found_config
+    st_dir = sillytavern.expanduser().resolve() if sillytavern else None
+    if plugin:
+        try:
+            plugin_install.check_server_folder(st_dir, allow_node_modules)
+        except PluginInstallError as exc:
+            raise InstallError(str(exc)) from None
+    if _accounts_on(st_config) and st_dir is not None:
+        extensions = st_dir / plugin_install.GLOBAL_EXTENSIONS
+    else:
+        user_dir = root / user
+        if not user_dir.is_dir():
+            hint = " (SillyTavern creates it at first start: start it once, then run this again)"
+            raise InstallError(f"No SillyTavern user folder at {user_dir}{hint}.")
+        extensions = user_dir / "extensions"
     destination = extensions / FOLDER
     place_extension(source, destination, link)
+    config_path = extensions / CONFIG_NAME
+    if plugin:
+        return _with_plugin(settings, st_dir, st_config, destination, config_path, link)
+    return _direct(settings, st_config, destination, config_path, link)
 
+
+def _with_plugin(settings: Settings, st_dir: Path, st_config: Path | None, destination: Path,
+                 config_path: Path, link: bool) -> InstallResult:
+    if st_config is None or not st_config.is_file():
+        raise InstallError(f"SillyTavern's config.yaml was not found in {st_dir} (SillyTavern writes it at first "
+                           "start: start it once, then run this again; or give --st-config).")
+    try:
+        placed = plugin_install.place_plugin(st_dir, settings.data_path)
+        change = plugin_install.enable_server_plugins(st_config)
+    except PluginInstallError as exc:
+        raise InstallError(str(exc)) from None
+    plugin_install.write_plugin_client_config(config_path)
+    result = InstallResult(destination=destination, linked=link, config_path=config_path,
+                           sidecar_url=plugin_install.ROUTE, st_config=st_config, plugin=placed)
+    result.config_changes = [f"{st_config}: {change}"] if change else []
+    return result
+
+
+def _direct(settings: Settings, st_config: Path | None, destination: Path, config_path: Path,
+            link: bool) -> InstallResult:
     token, _ = ensure_token(settings)
     url = sidecar_url(settings)
-    config_path = extensions / CONFIG_NAME
     write_client_config(config_path, url, token)
     result = InstallResult(destination=destination, linked=link, config_path=config_path, sidecar_url=url,
                            st_config=st_config)
-
     if st_config is None:
         result.notes.append("SillyTavern's config.yaml was not found, so its address was not added to the "
                             "sidecar's allowed origins; if the page is not http://127.0.0.1:8000, add it to "

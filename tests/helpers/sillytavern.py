@@ -253,7 +253,8 @@ class SillyTavernServer:
     def origin(self) -> str:
         return self.url
 
-    def start(self, timeout: float = 180.0) -> "SillyTavernServer":
+    def start(self, timeout: float = 180.0, ready: str | None = None) -> "SillyTavernServer":
+        """Start it and wait until `ready` (default: its page) answers 200."""
         root = str(self.data_root.resolve())
         cmd = ["node", "server.js", "--port", str(self.port), "--listen", "false",
                "--browserLaunchEnabled", "false", "--dataRoot", root,
@@ -263,7 +264,7 @@ class SillyTavernServer:
         self.proc = subprocess.Popen(cmd, cwd=self.package, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
-        wait_http(self.url + "/", timeout, self.proc, self.log_path)
+        wait_http(ready or self.url + "/", timeout, self.proc, self.log_path)
         return self
 
     def stop(self) -> None:
