@@ -461,6 +461,19 @@ def m006_summary_counter(conn: Connection) -> None:
     """)
 
 
+def m007_job_costs(conn: Connection) -> None:
+    """What each model job cost: tokens read and written, model calls, time with the model, and
+    when it was last claimed (the concurrency cap and the gap between calls read it)."""
+    run_script(conn, """
+    ALTER TABLE jobs ADD COLUMN prompt_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN completion_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN model_calls INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN model_ms INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE jobs ADD COLUMN claimed_at TEXT;
+    CREATE INDEX jobs_cost ON jobs(chat_id, kind, finished_at);
+    """)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, m001_foundation),
     (2, m002_conversation),
@@ -468,6 +481,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (4, m004_lore_and_context),
     (5, m005_episodes),
     (6, m006_summary_counter),
+    (7, m007_job_costs),
 ]
 
 
