@@ -40,7 +40,7 @@ from tests.helpers.fakellm import FakeLLM  # noqa: E402
 
 # A marker of each task's system prompt, and a small answer its validator accepts.
 ANSWERS: list[tuple[str, str, dict[str, Any]]] = [
-    ("part_notes", "Answer every section", {}),
+    ("part_notes", "do several tasks with it", {}),
     ("character_memories", "write the memories that characters keep", {"memories": []}),
     ("scene_summaries", "split a stretch of a roleplay chat into scenes", {"scenes": []}),
     ("told_events", "reveals one of the listed", {"events": []}),
@@ -59,10 +59,11 @@ def task_of(body: dict[str, Any]) -> str:
 
 
 def part_answer(system: str) -> dict[str, Any]:
-    """A per-part call's answer: every section its prompt lists, each with its small answer."""
-    sections = re.findall(r'^- "([a-z_]+)": ', system, re.M)
+    """A per-part call's answer: every section its prompt lists, each with its task's small answer."""
+    from server_plugin.jobs.tasks.parts import SECTIONS
+    keys = re.search(r"keys are the section names \(([^)]*)\)", system)
     small = {name: answer for name, _, answer in ANSWERS}
-    return {s: small.get(s, {}) for s in sections}
+    return {k: small.get(SECTIONS[k].task.name, {}) for k in re.findall(r'"([a-z_]+)"', keys.group(1) if keys else "")}
 
 
 def respond(body: dict[str, Any]) -> str:

@@ -158,3 +158,35 @@ def test_reasoning_and_prefaces_are_stripped_before_the_answer_is_read():
     out = TASKS["chunk_summary"].parse_answer(prompt, answer, report)
     assert out.text == "The ferry sank."
     assert any(re.search("reasoning", c) for c in report.changed)
+
+
+# --- one call per part: sections of one answer -------------------------------------------------
+def part_prompt():
+    from server_plugin.jobs.tasks.parts import part_notes
+    secret = [SecretInput("k-1", "Tomas sank the ferry.", ("tomas.png",))]
+    return part_notes(CHAT, CAST, {"summary": limits("chunk_summary"), "memories": limits("character_memories"),
+                                   "told": {**limits("told_events"), "secrets": secret}})
+
+
+def test_a_part_is_shown_once_for_every_section():
+    """rule MJ1: one prompt, the transcript once, every section's rules and inputs (here the secret)."""
+    prompt = part_prompt()
+    assert prompt.user.count("I sank it myself.") == 1 and "[k1] Tomas sank the ferry." in prompt.user
+    for key in ("summary", "memories", "told"):
+        assert f'- "{key}": ' in prompt.system and f"Its answer goes under \"{key}\"" in prompt.system
+
+
+def test_each_section_is_read_by_its_own_task_and_a_bad_one_falls_back_alone():
+    prompt = part_prompt()
+    report = Report()
+    out = TASKS["part_notes"].parse_answer(prompt, json.dumps({
+        "summary": {"summary": "Tomas admits he sank the ferry.",
+                    "quotes": [{"speaker": "Tomas", "text": "I sank it myself.", "message": "m3"}]},
+        "memories": {"memories": "not a list"},
+        "told": {"events": []}}), report)
+    assert out.sections["summary"].text == "Tomas admits he sank the ferry."
+    assert [q.speaker for q in out.sections["summary"].quotes] == ["Tomas"]
+    assert out.fell_back == ("memories",) and out.sections["told"].items == ()
+    assert any("section memories could not be used" in d for d in report.dropped)
+    with pytest.raises(PromptParseError, match="no section of the answer could be used"):
+        TASKS["part_notes"].parse_answer(prompt, json.dumps({"other": {}}))
