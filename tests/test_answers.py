@@ -190,3 +190,27 @@ def test_each_section_is_read_by_its_own_task_and_a_bad_one_falls_back_alone():
     assert any("section memories could not be used" in d for d in report.dropped)
     with pytest.raises(PromptParseError, match="no section of the answer could be used"):
         TASKS["part_notes"].parse_answer(prompt, json.dumps({"other": {}}))
+
+
+# --- real answers as they come, for every task ---------------------------------------------------
+FORMS = {
+    "think block": lambda ex: "<think>The user wants JSON {like this}. Let me write it.</think>\n" + ex,
+    "unclosed think": lambda ex: "<think>hmm, the format is " + ex[:12] + "\n" + ex,
+    "preface and fence": lambda ex: "Sure! Here is the JSON you asked for:\n```json\n" + ex + "\n```\nHope this helps!",
+    "trailing comma": lambda ex: ex[:ex.rindex("}")].rstrip() + ",}",
+    "cut-off tail": lambda ex: ex.rstrip()[:-1],
+    "single quotes": lambda ex: ex.replace('"', "'"),
+    "reasoning field": lambda ex: '{"reasoning": "I read the messages first.", ' + ex.lstrip()[1:],
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_every_task_reads_every_common_answer_form(form):
+    """rule MJ2: each task's own example, wrapped or broken the ways real models do it, reads as
+    the clean example does."""
+    from server_plugin.jobs.tasks.base import to_dict
+    for prompt in prompts(CHAT, CAST):
+        task = TASKS[prompt.task]
+        example = example_of(prompt.system)
+        clean = to_dict(task.parse_answer(prompt, example))
+        assert to_dict(task.parse_answer(prompt, FORMS[form](example))) == clean, (prompt.task, form)

@@ -22,7 +22,7 @@ import json
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import json_repair
 from jsonschema import Draft202012Validator
@@ -69,8 +69,13 @@ def strip_reasoning(answer: str) -> str:
     return text.strip().lstrip("\ufeff")
 
 
-def read_object(answer: str, report: Report | None = None) -> dict[str, Any]:
-    """The JSON object in a model's answer. Raises ValueError with a plain reason otherwise."""
+def read_object(answer: str, report: Report | None = None, wanted: Iterable[str] = ()) -> dict[str, Any]:
+    """The JSON object in a model's answer. Raises ValueError with a plain reason otherwise.
+
+    Tried in order: the whole answer; the first fenced block holding a brace; each object that
+    parses as it stands, from the first brace on (prose or reasoning may hold braces too); the
+    text from the first brace, repaired. With `wanted` (the schema's top-level keys), the first
+    of these holding one of them is taken."""
     report = report or current()
     text = strip_reasoning(answer)
     if not text:
@@ -92,23 +97,27 @@ def read_object(answer: str, report: Report | None = None) -> dict[str, Any]:
     first = text.find("{")
     if first < 0:
         raise ValueError("no JSON object found in the answer")
-    if first > 0 and text[:first].strip():
-        report.changed.append("prose before the JSON object was ignored")
-    body = text[first:]
-    last = body.rfind("}")
-    try:
-        obj = json.loads(body[:last + 1]) if last >= 0 else None
-    except ValueError:
-        obj = None
-    if isinstance(obj, dict):
-        if body[last + 1:].strip():
-            report.changed.append("prose after the JSON object was ignored")
-        return obj
-    repaired = json_repair.repair_json(body, return_objects=True)
-    if isinstance(repaired, list) and repaired and isinstance(repaired[0], dict):
-        repaired = repaired[0]
+    keys = set(wanted)
+    fits = (lambda obj: bool(keys & set(obj))) if keys else (lambda obj: True)
+    decoder = json.JSONDecoder()
+    for start in (i for i, ch in enumerate(text) if ch == "{"):
+        try:
+            obj, end = decoder.raw_decode(text, start)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and fits(obj):
+            if text[:start].strip():
+                report.changed.append("prose before the JSON object was ignored")
+            if text[end:].strip():
+                report.changed.append("prose after the JSON object was ignored")
+            return obj
+    repaired = json_repair.repair_json(text[first:], return_objects=True)
+    if isinstance(repaired, list):
+        repaired = next((x for x in repaired if isinstance(x, dict) and fits(x)), None)
     if not isinstance(repaired, dict) or not repaired:
         raise ValueError("the JSON object in the answer is broken beyond repair")
+    if text[:first].strip():
+        report.changed.append("prose before the JSON object was ignored")
     report.changed.append("broken JSON was repaired (e.g. a trailing comma, quotes or a cut-off end)")
     return repaired
 

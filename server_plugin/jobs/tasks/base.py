@@ -150,7 +150,7 @@ class Task:
         was changed or dropped on the way is noted in `report`."""
         with answers.reporting(report or answers.Report()):
             try:
-                data = extract_json(answer)
+                data = answers.read_object(answer, wanted=self.schema.get("properties", {}))
             except ValueError as e:
                 raise PromptParseError(self.name, str(e), answer) from None
             return self.parse_data(prompt.inputs, data, answer)
