@@ -265,9 +265,13 @@ class OpenAICompatible:
         return self.backoff(attempt)
 
     def _once(self, body: dict[str, Any]) -> Completion:
+        return self._read(self._post(body))
+
+    def _post(self, body: dict[str, Any], stream: bool = False) -> requests.Response:
+        """POST the request; failures to reach the server as LLMUnavailable, in plain words."""
         try:
-            response = self._session.post(self.url, data=json.dumps(body), headers=self._headers(),
-                                          timeout=self.timeout)
+            return self._session.post(self.url, data=json.dumps(body), headers=self._headers(),
+                                      timeout=self.timeout, stream=stream)
         except requests.exceptions.ConnectTimeout:
             raise LLMUnavailable(f"Could not connect to the model server at {self.safe_url} within "
                                  f"{self.timeout[0]:g} s. Is it running? (setting llm_url)") from None
@@ -279,7 +283,6 @@ class OpenAICompatible:
                                  "Is it running and is the URL right? (setting llm_url)") from None
         except requests.exceptions.RequestException as e:
             raise LLMUnavailable(f"The request to {self.safe_url} failed: {type(e).__name__}") from None
-        return self._read(response)
 
     def _said(self, response: requests.Response) -> str:
         """The server's error text with our key blanked out (some servers echo what they got)."""
@@ -316,13 +319,12 @@ class OpenAICompatible:
         if response_format is not None:
             body["response_format"] = response_format
         try:
-            response = self._session.post(self.url, data=json.dumps(body), headers=self._headers(),
-                                          timeout=self.timeout, stream=True)
-        except requests.exceptions.ReadTimeout:
-            raise LLMUnavailable(f"The model server at {self.safe_url} did not start answering within "
-                                 f"{self.timeout[1]:g} s (setting llm_read_timeout).", reached=True) from None
-        except requests.exceptions.RequestException:
-            return self._once(body)  # the same request again, for its plain-words error
+            response = self._post(body, stream=True)
+        except LLMUnavailable as e:
+            if e.reached:  # a read timeout before the first byte: the model got the prompt
+                raise LLMUnavailable(f"The model server at {self.safe_url} did not start answering within "
+                                     f"{self.timeout[1]:g} s (setting llm_read_timeout).", reached=True) from None
+            raise
         with response:
             if response.status_code != 200 or "event-stream" not in response.headers.get("Content-Type", ""):
                 return self._read(response)  # an error, or a server that does not stream

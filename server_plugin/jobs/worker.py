@@ -184,8 +184,9 @@ def _client_job(svc: Services, job_id: str, attempt: int | None) -> tuple[queue.
 
 
 def complete(svc: Services, job_id: str, text: str, attempt: int | None = None) -> dict[str, Any]:
-    """The extension's model answered: parse strictly and apply; a malformed answer fails the
-    attempt (to be retried) and stores nothing."""
+    """The extension's model answered: read it keeping its valid parts and apply; an answer with
+    nothing to keep fails the first attempt (to be retried) and stores nothing; after a second
+    such answer the result comes from the text itself (the job's result says why)."""
     job, _ = _client_job(svc, job_id, attempt)
     handler = svc.jobs.handler(job.kind)
     if handler is None or job.prompt is None:
