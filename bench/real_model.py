@@ -216,15 +216,26 @@ def report(jobs: list[dict[str, Any]], stats: dict[str, Any], stored: Counter, w
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True)
+    parser.add_argument("--model", help="a GGUF file for llama.cpp")
+    parser.add_argument("--fake", action="store_true",
+                        help="the recording fake model instead (checks this script, measures nothing)")
     parser.add_argument("--llama-python", default="/work/bench_cache/llama_venv/bin/python")
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--ctx", type=int, default=8192)
     parser.add_argument("--budget", type=float, default=5400.0, help="most seconds to wait for the jobs")
     args = parser.parse_args()
+    if not args.fake and not args.model:
+        parser.error("--model or --fake is needed")
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        llama, model_url = start_llama(args.llama_python, args.model, os.path.join(tmp, "llama.log"), args.ctx)
+        if args.fake:
+            from model_cost import respond
+            from tests.helpers.fakellm import FakeLLM
+            fake = FakeLLM().start()
+            fake.responder = respond
+            llama, model_url = None, fake.url
+        else:
+            llama, model_url = start_llama(args.llama_python, args.model, os.path.join(tmp, "llama.log"), args.ctx)
         try:
             sidecar, base = start_sidecar(os.path.join(tmp, "data"), os.path.join(tmp, "sidecar.log"),
                                           model_url, args.ctx)
@@ -236,12 +247,15 @@ def main() -> None:
                 jobs = s.get(f"{base}/jobs", params={"chat_id": CHAT, "limit": 10000}).json()["jobs"]
                 stats = s.get(f"{base}/jobs/stats", params={"chat_id": CHAT}).json()
                 stored = check_stored(s, base, sent)
-                print(f"model {Path(args.model).name}, {len(sent)} messages")
+                print(f"model {Path(args.model).name if args.model else 'fake'}, {len(sent)} messages")
                 report(jobs, stats, stored, time.monotonic() - t0)
             finally:
                 stop(sidecar)
         finally:
-            stop(llama)
+            if llama is not None:
+                stop(llama)
+            else:
+                fake.stop()
 
 
 if __name__ == "__main__":
