@@ -380,6 +380,7 @@ def test_api_md_response_schemas_match_real_answers(app):
     listed = call("GET", "/v1/jobs?chat_id=c1")
     assert listed["jobs"], "the session end queued no job"
     call("GET", f"/v1/jobs/{listed['jobs'][0]['id']}")
+    call("GET", "/v1/jobs/stats?chat_id=c1")
     claimed = call("POST", "/v1/jobs/claim", {})
     assert claimed["job"], "no job to claim in client mode"
     call("POST", f"/v1/jobs/{claimed['job']['id']}/fail",

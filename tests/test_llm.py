@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from server_plugin.jobs import llm
+from server_plugin.jobs.calls import run_job_prompt
 from server_plugin.jobs.llm import (
     LLMBadResponse,
     LLMConfigError,
@@ -355,14 +356,14 @@ def test_llm_empty_completion_is_a_retryable_bad_response(canned):
     assert info.value.retryable
 
 
-def test_llm_answer_cut_at_max_tokens_is_reported_as_such(canned):
-    """rule OP2: JSON broken because the model hit max_tokens says so (retrying cannot help)."""
+def test_llm_answer_cut_at_max_tokens_is_repaired_and_noted(canned):
+    """rule MJ2: JSON cut off where the model hit max_tokens is repaired, used, and the change noted."""
     body = {"choices": [{"message": {"content": '{"summary": "Ayla went'}, "finish_reason": "length"}]}
     backend = OpenAICompatible(canned(json.dumps(body).encode()), "m", **call(sleep=Sleeps()))
     prompt = chunk_summary([ChatMessage("a", "Ayla", "I went home.")], **limits("chunk_summary"))
-    with pytest.raises(LLMBadResponse, match="cut off at max_tokens") as info:
-        run_prompt(prompt, backend)
-    assert not info.value.retryable
+    outcome = run_job_prompt(prompt, backend)
+    assert outcome.result.text == "Ayla went" and outcome.answer == "first_try"
+    assert any("repaired" in c for c in outcome.report.changed)
 
 
 # --- the pipeline ----------------------------------------------------------------------------

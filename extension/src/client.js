@@ -218,6 +218,7 @@ export class SidecarClient {
     patchSummary(id, body, options) { return this.request('PATCH', `/v1/summaries/${pathId(id)}`, { ...options, body }); }
     rebuildSummaries(chatId, options) { return this.request('POST', `/v1/chats/${pathId(chatId)}/summaries/rebuild`, { ...options, body: {} }); }
     listJobs(params = {}, options) { return this.request('GET', `/v1/jobs${queryString(params)}`, options); }
+    jobStats(params = {}, options) { return this.request('GET', `/v1/jobs/stats${queryString(params)}`, options); }
     retryJob(id, options) { return this.request('POST', `/v1/jobs/${pathId(id)}/retry`, { ...options, body: {} }); }
     listLore(options) { return this.request('GET', '/v1/lore', options); }
     createLore(body, options) { return this.request('POST', '/v1/lore', { ...options, body }); }

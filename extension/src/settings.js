@@ -48,6 +48,9 @@ export const DEFAULTS = Object.freeze({
     // Pass a job's JSON schema to SillyTavern (structured output). Off: many local backends reject it,
     // and the sidecar's prompts ask for the format and parse strictly anyway.
     jobJsonSchema: false,
+    // In 'sillytavern' mode: the Connection Manager profile background jobs use ('' = the chat's
+    // own connection), e.g. a cheaper model than the chat's.
+    jobProfileId: '',
 });
 
 /** The file `chronicler install-extension` writes beside the extension folder (URL and token of the sidecar). */

@@ -2,6 +2,7 @@
 // Thin DOM code; the rules live in settings.js and connection.js.
 
 import { SECTIONS, normaliseUrl } from './settings.js';
+import { connectionProfiles } from './worker.js';
 
 const POSITION_CHOICES = [
     ['default', "Sidecar's choice"],
@@ -32,6 +33,7 @@ function sectionLabel(section) {
  *   write: (patch: object) => void, // store a change
  *   test: () => Promise<{ok: boolean, text: string}>,
  *   features?: () => Record<string, boolean|undefined>, // which optional sidecar routes exist
+ *   profiles?: () => {available: boolean, profiles: Array<{id: string, name: string}>, reason: string},
  * }} io
  * @returns {() => void} call when the sidecar's features may have changed
  */
@@ -66,6 +68,19 @@ export function bindSettingsPanel(root, io) {
         if (jobs === true) mode.value = io.read().llmMode;
     };
     refreshMode();
+
+    const profile = $('chronicler_job_profile');
+    const profileHint = $('chronicler_job_profile_hint');
+    if (profile && io.profiles) {
+        const { available, profiles, reason } = io.profiles();
+        for (const p of profiles) profile.append(option(p.id, p.name));
+        const chosen = settings.jobProfileId;
+        if (chosen && !profiles.some((p) => p.id === chosen)) profile.append(option(chosen, `${chosen} (not found)`));
+        profile.value = chosen;
+        profile.disabled = !available;
+        profileHint.textContent = reason;
+        profile.addEventListener('change', () => io.write({ jobProfileId: profile.value }));
+    }
 
     const tools = $('chronicler_tools');
     tools.checked = settings.tools;
@@ -110,7 +125,8 @@ export async function addSettingsDrawer(ctx, path, io) {
     const html = await ctx.renderExtensionTemplateAsync(path, 'settings');
     const host = document.getElementById('extensions_settings2') ?? document.getElementById('extensions_settings');
     host.insertAdjacentHTML('beforeend', html);
-    return bindSettingsPanel(document.getElementById('chronicler_settings'), io);
+    return bindSettingsPanel(document.getElementById('chronicler_settings'),
+        { profiles: () => connectionProfiles(ctx), ...io });
 }
 
 function bindInjectionRows(tbody, initial, save) {

@@ -72,6 +72,41 @@ export function jobFrom(answer) {
     return job && typeof job === 'object' && job.id ? job : null;
 }
 
+/**
+ * SillyTavern's Connection Manager profiles a background job may use, or why there are none.
+ * @param {any} context SillyTavern.getContext()
+ * @returns {{available: boolean, profiles: Array<{id: string, name: string}>, reason: string}}
+ */
+export function connectionProfiles(context) {
+    const service = context?.ConnectionManagerRequestService;
+    const profiles = context?.extensionSettings?.connectionManager?.profiles;
+    if (!service?.sendRequest || !Array.isArray(profiles)) {
+        return { available: false, profiles: [], reason: 'Connection Manager is off: turn it on in SillyTavern\'s extensions to pick a profile for background jobs.' };
+    }
+    const usable = profiles.filter((p) => p && typeof p.id === 'string' && p.id)
+        .map((p) => ({ id: p.id, name: String(p.name || p.id) }));
+    return { available: true, profiles: usable, reason: usable.length ? '' : 'Connection Manager has no profiles yet.' };
+}
+
+/**
+ * A `generate` that runs a job through one Connection Manager profile
+ * (`ConnectionManagerRequestService.sendRequest(profileId, messages, maxTokens)`, Chat and Text
+ * Completion profiles). It gives no token usage: the sidecar counts the tokens itself.
+ * @param {() => any} getContext
+ * @param {string} profileId
+ */
+export function profileGenerate(getContext, profileId) {
+    return async (args) => {
+        const service = getContext()?.ConnectionManagerRequestService;
+        if (!service?.sendRequest) {
+            throw new Error('Connection Manager is off, so the profile chosen for background jobs cannot be used (turn it on, or pick the chat\'s own connection).');
+        }
+        const messages = [{ role: 'system', content: args.systemPrompt ?? '' }, { role: 'user', content: args.prompt ?? '' }];
+        const answer = await service.sendRequest(profileId, messages, args.responseLength ?? 1024);
+        return typeof answer === 'string' ? answer : String(answer?.content ?? '');
+    };
+}
+
 export class JobWorker {
     /**
      * @param {{
@@ -231,7 +266,10 @@ export function pageWorker({ getClient, getContext, getSettings, features, isGen
         claim: () => getClient().claimJob({}),
         complete: (id, text, attempt) => getClient().completeJob(id, text, attempt),
         fail: (id, error, attempt) => getClient().failJob(id, error, { retryable: true, attempt }),
-        generate: (args) => getContext().generateRaw(args),
+        generate: (args) => {
+            const profileId = getSettings().jobProfileId;
+            return profileId ? profileGenerate(getContext, profileId)(args) : getContext().generateRaw(args);
+        },
         useSchema: () => getSettings().jobJsonSchema,
         isActive: () => workerWanted(getSettings(), features),
         isGenerating,

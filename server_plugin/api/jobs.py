@@ -17,6 +17,12 @@ def list_jobs() -> dict:
     return {"jobs": queue.list_jobs(svc(), **args), "counts": queue.counts(svc(), args.get("chat_id"))}
 
 
+@bp.get("/jobs/stats")
+def job_stats() -> dict:
+    args = query("jobs_stats.query")
+    return queue.stats(svc(), args.get("chat_id"))
+
+
 @bp.get("/jobs/<job_id>")
 def get_job(job_id: str) -> dict:
     return {"job": queue.get(svc(), path_id(job_id, "job id"))}

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 DOUBLE_QUOTES = "\u201c\u201d\u201e\u201f\u00ab\u00bb\u301d\u301e\uff02\u2033\""
 SINGLE_QUOTES = "\u2018\u2019\u201a\u201b\u2039\u203a\u2032\uff07`'"
@@ -259,3 +259,81 @@ def find_speech(text: str) -> list[Span]:
         if inner.strip():
             spans.append(Span(m.start(group), m.end(group), inner, m.start(), m.end()))
     return spans
+
+
+# --- who said it (SW8) ------------------------------------------------------------------------
+
+def _fold(name: str) -> str:
+    return " ".join(name.split()).casefold()
+
+
+def _names_in(segment: str, cast: Sequence[Sequence[str]]) -> list[tuple[int, int]]:
+    """(position, cast index) of each cast name in `segment`, whole words only."""
+    found = []
+    for i, names in enumerate(cast):
+        for n in names:
+            if n and n.strip():
+                found += [(m.start(), i) for m in re.finditer(rf"(?<!\w){re.escape(n.strip())}(?!\w)",
+                                                              segment, re.IGNORECASE)]
+    return sorted(found)
+
+
+def narrated_speaker(message: str, quote: str, cast: Sequence[Sequence[str]],
+                     loose: bool = True) -> int | None:
+    """The index in `cast` (each entry a character's names) of the character the narration of
+    `message` names as saying `quote`, or None when it names none.
+
+    Read as a person would: the name just after the closing mark when the line runs on
+    (`"Stay," Mira said`, `"Stay!" said Mira`: the words up to the first comma or sentence end),
+    else the last name in the narration leading up to the opening mark (`Mira whispered,
+    "Stay."`); failing both and when `loose`, the only character named anywhere in the message's
+    narration."""
+    pos = message.find(quote)
+    if pos < 0:
+        return None
+    spans = find_speech(message)
+    inside = next((s for s in spans if s.start <= pos < s.end), None)
+    start, end = (inside.outer_start, inside.outer_end) if inside else (pos, pos + len(quote))
+    after = message[end:]
+    runs_on = bool(re.match(r"\s*[a-z]", after)) or message[max(start, end - 3):end].rstrip("\"”»」』 ")[-1:] in (",", "—", "-")
+    if runs_on:
+        stop = re.search(r"[.!?,;\n]|[\"“„«「『]", after)
+        hits = _names_in(after[: stop.start() if stop else len(after)], cast)
+        if hits:
+            return hits[0][1]
+    before_end = start
+    prev = max((s.outer_end for s in spans if s.outer_end <= start), default=0)
+    lead = message[prev:before_end]
+    cut = max(lead.rfind(". "), lead.rfind("\n"), lead.rfind("! "), lead.rfind("? "))
+    hits = _names_in(lead[cut + 1:] if cut >= 0 else lead, cast)
+    if hits:
+        return hits[-1][1]
+    if not loose:
+        return None
+    narration = message
+    for s in reversed(spans):
+        narration = narration[: s.outer_start] + " " + narration[s.outer_end:]
+    named = {i for _, i in _names_in(narration, cast)}
+    return next(iter(named)) if len(named) == 1 else None
+
+
+def speaker_said(speaker: str, author: Sequence[str], message: str, quote: str,
+                 speaker_names: Sequence[str] = (), cast: Sequence[Sequence[str]] = ()) -> str | None:
+    """The name to store for a verified quote if `speaker` really said it, else None (SW8).
+
+    `speaker` said it when they wrote the message (`author`: the names its author goes by) and
+    the narration names nobody else as its speaker, or when the narration names them
+    (`narrated_speaker`). `speaker_names` are all the speaker's names (aliases), `cast` every
+    character's names (the speaker and author are added when missing)."""
+    names = tuple(speaker_names) or (speaker,)
+    folded = {_fold(n) for n in names if n}
+    roster = [list(c) for c in cast]
+    for who in (names, tuple(author)):
+        if not any(folded_n in {_fold(x) for c in roster for x in c} for folded_n in {_fold(n) for n in who if n}):
+            roster.append(list(who))
+    is_author = bool(folded & {_fold(a) for a in author if a})
+    # The author's own line stands unless the narration explicitly gives it to someone else.
+    narrated = narrated_speaker(message, quote, roster, loose=not is_author)
+    if narrated is not None:
+        return names[0] if folded & {_fold(n) for n in roster[narrated]} else None
+    return names[0] if is_author else None

@@ -54,9 +54,10 @@ class LLMUnavailable(LLMError):
 
     retryable = True
 
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, retry_after: float | None = None, reached: bool = False) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.reached = reached  # the model got the prompt (it timed out or went silent while writing)
 
 
 class LLMRateLimited(LLMUnavailable):
@@ -264,21 +265,24 @@ class OpenAICompatible:
         return self.backoff(attempt)
 
     def _once(self, body: dict[str, Any]) -> Completion:
+        return self._read(self._post(body))
+
+    def _post(self, body: dict[str, Any], stream: bool = False) -> requests.Response:
+        """POST the request; failures to reach the server as LLMUnavailable, in plain words."""
         try:
-            response = self._session.post(self.url, data=json.dumps(body), headers=self._headers(),
-                                          timeout=self.timeout)
+            return self._session.post(self.url, data=json.dumps(body), headers=self._headers(),
+                                      timeout=self.timeout, stream=stream)
         except requests.exceptions.ConnectTimeout:
             raise LLMUnavailable(f"Could not connect to the model server at {self.safe_url} within "
                                  f"{self.timeout[0]:g} s. Is it running? (setting llm_url)") from None
         except requests.exceptions.ReadTimeout:
             raise LLMUnavailable(f"The model server at {self.safe_url} did not answer within "
-                                 f"{self.timeout[1]:g} s (setting llm_read_timeout).") from None
+                                 f"{self.timeout[1]:g} s (setting llm_read_timeout).", reached=True) from None
         except requests.exceptions.ConnectionError:
             raise LLMUnavailable(f"Could not connect to the model server at {self.safe_url}. "
                                  "Is it running and is the URL right? (setting llm_url)") from None
         except requests.exceptions.RequestException as e:
             raise LLMUnavailable(f"The request to {self.safe_url} failed: {type(e).__name__}") from None
-        return self._read(response)
 
     def _said(self, response: requests.Response) -> str:
         """The server's error text with our key blanked out (some servers echo what they got)."""
@@ -303,6 +307,62 @@ class OpenAICompatible:
         if status != 200:
             raise LLMBadResponse(f"Unexpected HTTP {status} from {self.safe_url}.")
         return _completion_from(response, self.safe_url)
+
+    def stream_full(self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float = 0.0,
+                    response_format: dict[str, Any] | None = None) -> Completion:
+        """One completion read as a stream (`"stream": true`): the read timeout counts silence,
+        not length, so a slow local model is not cut off while it writes. Reading stops at
+        `max_tokens` pieces (finish_reason `length`) even if the server goes on. No retries here:
+        the caller decides (a job tries at most twice)."""
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": int(max_tokens),
+                                "temperature": temperature, "stream": True}
+        if response_format is not None:
+            body["response_format"] = response_format
+        try:
+            response = self._post(body, stream=True)
+        except LLMUnavailable as e:
+            if e.reached:  # a read timeout before the first byte: the model got the prompt
+                raise LLMUnavailable(f"The model server at {self.safe_url} did not start answering within "
+                                     f"{self.timeout[1]:g} s (setting llm_read_timeout).", reached=True) from None
+            raise
+        with response:
+            if response.status_code != 200 or "event-stream" not in response.headers.get("Content-Type", ""):
+                return self._read(response)  # an error, or a server that does not stream
+            return self._read_stream(response, max_tokens)
+
+    def _read_stream(self, response: requests.Response, max_tokens: int) -> Completion:
+        parts: list[str] = []
+        finish, model, usage, pieces = None, None, None, 0
+        try:
+            for line in response.iter_lines(decode_unicode=True):
+                if not line or not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    continue
+                model = chunk.get("model") or model
+                usage = chunk.get("usage") or usage
+                for choice in chunk.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    if isinstance(delta.get("content"), str) and delta["content"]:
+                        parts.append(delta["content"])
+                        pieces += 1
+                    finish = choice.get("finish_reason") or finish
+                if pieces > max_tokens:
+                    finish = "length"  # the server did not stop at max_tokens: we do
+                    break
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout):
+            raise LLMUnavailable(f"The model server at {self.safe_url} went silent for "
+                                 f"{self.timeout[1]:g} s while answering (setting llm_read_timeout).",
+                                 reached=True) from None
+        text = "".join(parts)
+        if not text.strip():
+            raise LLMBadResponse(f"{self.safe_url} answered with an empty completion.")
+        return Completion(text, finish, model, usage)
 
     def list_models(self) -> list[str]:
         """Model ids the server offers (GET …/models), for a settings screen or a health check."""

@@ -211,9 +211,48 @@ def reclaim_expired(svc: Services, conn: Connection) -> int:
     return len(rows)
 
 
+def _day_start(svc: Services) -> str:
+    now = svc.clock.now()
+    return to_iso(now - timedelta(hours=now.hour, minutes=now.minute, seconds=now.second,
+                                  microseconds=now.microsecond))
+
+
+def tokens_today(svc: Services, conn: Connection) -> int:
+    """Model tokens (read and written) of the jobs that ran since midnight UTC."""
+    return int(conn.execute("SELECT coalesce(sum(prompt_tokens + completion_tokens), 0) FROM jobs"
+                            " WHERE model_calls > 0 AND updated_at >= ?", (_day_start(svc),)).fetchone()[0])
+
+
+def model_gate(svc: Services, conn: Connection, model_kinds: Sequence[str]) -> str | None:
+    """Why no model job may start now, in plain words, or None. Read inside the claiming write
+    transaction, so two claimers (the worker, browser tabs in client mode) cannot both pass."""
+    s = svc.settings
+    if s.llm_mode == "extractive" or not model_kinds:
+        return None
+    if s.jobs_paused:
+        return "paused: model jobs are paused (setting jobs_paused)"
+    if s.llm_daily_token_cap and tokens_today(svc, conn) >= s.llm_daily_token_cap:
+        return (f"waiting: today's {s.llm_daily_token_cap} model tokens are used up "
+                "(setting llm_daily_token_cap); jobs go on tomorrow")
+    marks = ",".join("?" * len(model_kinds))
+    running, last = conn.execute(
+        f"SELECT count(*) FILTER (WHERE state='running'), max(claimed_at) FROM jobs WHERE kind IN ({marks})",
+        tuple(model_kinds)).fetchone()
+    if running >= s.llm_concurrency:
+        return f"busy: {running} model call(s) running, the most allowed at once (setting llm_concurrency)"
+    if s.llm_min_gap_seconds and last and \
+            (svc.clock.now() - parse_iso(last)).total_seconds() < s.llm_min_gap_seconds:
+        return f"waiting: at least {s.llm_min_gap_seconds:g} s between model calls (setting llm_min_gap_seconds)"
+    return None
+
+
 def claim_next(svc: Services, conn: Connection, by: str, kinds: list[str],
            chat_id: str | None = None) -> Job | None:
+    """The next due job of `kinds` (model kinds only while `model_gate` lets them), now running."""
     reclaim_expired(svc, conn)
+    model_kinds = [k for k in kinds if (h := svc.jobs.handler(k)) is not None and h.llm]
+    if model_gate(svc, conn, model_kinds) is not None:
+        kinds = [k for k in kinds if k not in model_kinds]
     if not kinds:
         return None
     now = svc.clock.iso()
@@ -225,7 +264,7 @@ def claim_next(svc: Services, conn: Connection, by: str, kinds: list[str],
         return None
     lease = svc.settings.job_client_lease_seconds if by == "client" else svc.settings.job_lease_seconds
     conn.execute("UPDATE jobs SET state='running', attempts=attempts+1, claimed_by=?, lease_until=?,"
-                 " updated_at=? WHERE seq=?", (by, later(svc, float(lease)), now, row["seq"]))
+                 " updated_at=?, claimed_at=? WHERE seq=?", (by, later(svc, float(lease)), now, now, row["seq"]))
     return job_of(row_of(conn, row["id"]))
 
 
@@ -296,6 +335,42 @@ def mark_failed(svc: Services, conn: Connection, job_id: str, error: str) -> Non
     now = svc.clock.iso()
     conn.execute("UPDATE jobs SET state='failed', error=?, lease_until=NULL, updated_at=?,"
                  " finished_at=? WHERE id=?", (error, now, now, job_id))
+
+
+def record_cost(conn: Connection, job_id: str, prompt_tokens: int, completion_tokens: int,
+                calls: int, model_ms: int) -> None:
+    """Add one attempt's model cost to the job (inside the transaction that finishes the attempt)."""
+    conn.execute("UPDATE jobs SET prompt_tokens=prompt_tokens+?, completion_tokens=completion_tokens+?,"
+                 " model_calls=model_calls+?, model_ms=model_ms+? WHERE id=?",
+                 (prompt_tokens, completion_tokens, calls, model_ms, job_id))
+
+
+def stats(svc: Services, chat_id: str | None = None) -> dict[str, Any]:
+    """What the model work cost, per kind, today and in all (`GET /v1/jobs/stats`)."""
+    where, args = ("chat_id=?", [chat_id]) if chat_id else ("1", [])
+    conn = svc.db.reader()
+    sums = ("count(*), coalesce(sum(model_calls),0), coalesce(sum(prompt_tokens),0),"
+            " coalesce(sum(completion_tokens),0), coalesce(sum(model_ms),0)")
+    names = ("jobs", "calls", "prompt_tokens", "completion_tokens", "model_ms")
+
+    def total(extra: str = "", more: tuple[Any, ...] = ()) -> dict[str, int]:
+        row = conn.execute(f"SELECT {sums} FROM jobs WHERE {where} {extra}", (*args, *more)).fetchone()
+        return dict(zip(names, (int(x) for x in row)))
+
+    by_kind: dict[str, dict[str, Any]] = {}
+    for row in conn.execute(f"SELECT kind, {sums} FROM jobs WHERE {where} GROUP BY kind", args):
+        by_kind[row[0]] = {**dict(zip(names, (int(x) for x in row[1:]))),
+                           "first_try": 0, "retry": 0, "fallback": 0, "extractive": 0}
+    for kind, answer, n in conn.execute(
+            f"SELECT kind, json_extract(result, '$.model.answer'), count(*) FROM jobs WHERE {where}"
+            " AND state='done' AND json_extract(result, '$.model.answer') IS NOT NULL"
+            " GROUP BY 1, 2", args):
+        if kind in by_kind and answer in by_kind[kind]:
+            by_kind[kind][answer] = n
+    return {"chat_id": chat_id, "today": total("AND updated_at >= ?", (_day_start(svc),)),
+            "total": total(), "by_kind": by_kind, "tokens_today_all_chats": tokens_today(svc, conn),
+            "daily_token_cap": svc.settings.llm_daily_token_cap, "paused": svc.settings.jobs_paused,
+            "waiting": model_gate(svc, conn, [k for k, h in svc.jobs.items() if h.llm])}
 
 
 def store_prompt(conn: Connection, job_id: str, prompt: dict[str, Any]) -> Any:

@@ -15,8 +15,10 @@ from typing import Any
 from .. import priority
 from ..errors import Conflict, NotFound, Unprocessable
 from ..services import Services
+from ..core.tokens import get_counter
 from ..store.db import sqlite3
-from . import llm, queue
+from . import calls, llm, queue
+from .tasks.answers import Report
 from .tasks.base import Prompt, PromptParseError
 from .tasks.registry import task_of
 
@@ -36,14 +38,21 @@ def _prompt_for(svc: Services, job: queue.Job, handler: queue.Handler) -> Prompt
     return Prompt.from_payload(job.prompt) if job.prompt else None
 
 
-def _finish(svc: Services, job: queue.Job, handler: queue.Handler, result: Any) -> bool:
-    """Store a result and mark the job done, in one transaction; False if the job was not ours."""
+def _finish(svc: Services, job: queue.Job, handler: queue.Handler, result: Any,
+            outcome: calls.Outcome | None = None) -> bool:
+    """Store a result and mark the job done, in one transaction; False if the job was not ours.
+    With a model `outcome`, the job's result says how the answer was used (`model`) and the job
+    records what it cost."""
     prepared = handler.prepare(svc, job, result) if handler.prepare and result is not None else None
     with svc.db.write() as conn:
         if not queue.still_mine(conn, job):
             return False
         written = handler.apply(svc, conn, job, result, prepared) if result is not None else \
             {"skipped": "nothing left to do"}
+        if outcome is not None:
+            written = {**(written or {}), "model": outcome.summary()}
+            queue.record_cost(conn, job.id, outcome.prompt_tokens, outcome.completion_tokens,
+                              outcome.calls, outcome.model_ms)
         queue.mark_done(svc, conn, job.id, written)
     return True
 
@@ -62,12 +71,17 @@ def _delay(svc: Services, attempts: int, exc: BaseException) -> float:
     return min(ceiling, base * (2 ** max(0, attempts - 1)))
 
 
-def fail_attempt(svc: Services, job: queue.Job, exc: BaseException) -> dict[str, Any] | None:
-    """Record a failed attempt: back to the queue after a backoff, or failed for good."""
+def fail_attempt(svc: Services, job: queue.Job, exc: BaseException,
+                 outcome: calls.Outcome | None = None) -> dict[str, Any] | None:
+    """Record a failed attempt (and what its model call cost): back to the queue after a
+    backoff, or failed for good."""
     message = f"{type(exc).__name__}: {exc}"[:2000]
     with svc.db.write() as conn:
         if not queue.still_mine(conn, job):
             return None
+        if outcome is not None:
+            queue.record_cost(conn, job.id, outcome.prompt_tokens, outcome.completion_tokens,
+                              outcome.calls, outcome.model_ms)
         row = queue.row_of(conn, job.id)
         if _retryable(exc) and row["attempts"] < row["max_attempts"]:
             queue.mark_retry(svc, conn, job.id, message, _delay(svc, row["attempts"], exc))
@@ -80,14 +94,22 @@ def _execute(svc: Services, job: queue.Job) -> None:
     handler = svc.jobs.handler(job.kind)
     try:
         result: Any = True
+        outcome = None
         if handler.llm:
             prompt = _prompt_for(svc, job, handler)
             _step_aside(svc)
-            result = None if prompt is None else llm.run_prompt(
-                prompt, llm.backend_from_settings(svc.settings),
-                json_mode=svc.settings.llm_json_mode, temperature=svc.settings.llm_temperature)
+            if prompt is not None:
+                # No retries inside the call: a job tries the model at most twice (calls.py).
+                backend = llm.backend_from_settings(svc.settings, retries=0)
+                outcome = calls.run_job_prompt(prompt, backend, json_mode=svc.settings.llm_json_mode,
+                                               temperature=svc.settings.llm_temperature)
+                result = outcome.result
+                if backend is None:
+                    outcome = None  # extractive: no model, no cost
+            else:
+                result = None
             _step_aside(svc)
-        _finish(svc, job, handler, result)
+        _finish(svc, job, handler, result, outcome)
     except Exception as exc:  # every failure is recorded on the job, never lost
         if not isinstance(exc, (llm.LLMError, PromptParseError)):
             log.exception("job %s (%s) failed", job.id, job.kind)
@@ -162,19 +184,28 @@ def _client_job(svc: Services, job_id: str, attempt: int | None) -> tuple[queue.
 
 
 def complete(svc: Services, job_id: str, text: str, attempt: int | None = None) -> dict[str, Any]:
-    """The extension's model answered: parse strictly and apply; a malformed answer fails the
-    attempt (to be retried) and stores nothing."""
+    """The extension's model answered: read it keeping its valid parts and apply; an answer with
+    nothing to keep fails the first attempt (to be retried) and stores nothing; after a second
+    such answer the result comes from the text itself (the job's result says why)."""
     job, _ = _client_job(svc, job_id, attempt)
     handler = svc.jobs.handler(job.kind)
     if handler is None or job.prompt is None:
         raise Conflict("job_not_runnable", f"Job {job_id} has no prompt or no handler here.")
+    prompt = Prompt.from_payload(job.prompt)
+    outcome = calls.Outcome(None, "first_try" if job.attempts <= 1 else "retry", Report(), None,
+                            calls.count_messages(prompt.messages), get_counter().count(text), 1)
     try:
-        prompt = Prompt.from_payload(job.prompt)
-        result = task_of(prompt).parse_answer(prompt, text)
+        result = task_of(prompt).parse_answer(prompt, text, outcome.report)
     except PromptParseError as exc:
-        state = fail_attempt(svc, job, exc)
-        raise Unprocessable("model_output_invalid", str(exc), [{"job": state}]) from None
-    if not _finish(svc, job, handler, result):
+        if job.attempts < calls.TRIES:
+            state = fail_attempt(svc, job, exc, outcome)
+            raise Unprocessable("model_output_invalid", str(exc), [{"job": state}]) from None
+        # The second answer could not be used either: the result comes from the text itself.
+        result = task_of(prompt).fallback(prompt, None)
+        outcome.answer, outcome.error = "fallback", (
+            "The model's answer could not be used after two tries, so this result was made from "
+            f"the text itself. Last try: {exc.reason}")
+    if not _finish(svc, job, handler, result, outcome):
         raise Conflict("job_not_running", f"Job {job_id} was rolled back or reclaimed meanwhile.")
     return queue.get(svc, job_id)
 

@@ -7,7 +7,7 @@ import { SidecarClient, queryString } from '../../extension/src/client.js';
 import { BAR_GROUPS, budgetSegments, entryGroups, entryName, percentages, reasonLabel, reportSections } from '../../extension/src/panel/budget.js';
 import { fieldKey, fieldLabel } from '../../extension/src/panel/characters.js';
 import { DraftReview, SelectionSet, fitLines, limitMessage, rawDrafts, runLengths } from '../../extension/src/panel/drafts_model.js';
-import { jobSummary } from '../../extension/src/panel/jobs.js';
+import { costSummary, jobSummary, tokensText } from '../../extension/src/panel/jobs.js';
 import { PANEL_LIMITS } from '../../extension/src/panel/limits.js';
 import { filterLore, importSummary, parseTriggers } from '../../extension/src/panel/lore.js';
 import {
@@ -271,6 +271,17 @@ test('rv3: the jobs line counts by state and names the latest failure', () => {
     assert.equal(summary.text, 'Background jobs: 1 pending · 1 running · 2 failed');
     assert.equal(summary.lastFailed.id, 'j4');
     assert.equal(jobSummary([]).lastFailed, null);
+});
+
+test('mj1: the jobs line shows what the memory cost today and in all, and why jobs wait', () => {
+    const stats = { today: { prompt_tokens: 900, completion_tokens: 300, calls: 2 },
+        total: { prompt_tokens: 40_000, completion_tokens: 5_400, calls: 30 }, waiting: null };
+    assert.equal(costSummary(stats).text, 'Memory cost: 1.2k tokens today · 45k in all (30 model calls)');
+    assert.equal(costSummary(stats).waiting, '');
+    const capped = costSummary({ ...stats, waiting: "waiting: today's 1000 model tokens are used up" });
+    assert.match(capped.waiting, /^Model jobs waiting: today's 1000 model tokens are used up/);
+    assert.equal(tokensText(2_500_000), '2.5M');
+    assert.deepEqual(costSummary(null), { text: '', waiting: '' });
 });
 
 test('sw7: lore triggers from a comma list; lore filter over title, text and triggers', () => {

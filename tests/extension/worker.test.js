@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 
 import { SidecarError } from '../../extension/src/client.js';
 import { DEFAULTS } from '../../extension/src/settings.js';
-import { JobWorker, generateRawArgs, isJobLevel, jobFrom, pageWorker, schemaName, workerWanted } from '../../extension/src/worker.js';
+import { JobWorker, connectionProfiles, generateRawArgs, isJobLevel, jobFrom, pageWorker, profileGenerate, schemaName, workerWanted } from '../../extension/src/worker.js';
 import { FakeSidecar, outage } from './fake_sidecar.js';
 
 /** Manual time: `advance(ms)` runs due timers in order and awaits what they started. */
@@ -254,4 +254,38 @@ test('dc2: the page\'s worker claims from the sidecar, generates with generateRa
     assert.equal(toasts.length, 1);
     assert.deepEqual([toasts[0][0], toasts[0][2]], ['error', { timeOut: 0 }], 'it stays until read');
     assert.match(toasts[0][1], /Background jobs stopped: model down/);
+});
+
+
+test('mj1: a Connection Manager profile runs background jobs (a cheaper model than the chat\'s)', async () => {
+    const sent = [];
+    const context = {
+        extensionSettings: { connectionManager: { profiles: [{ id: 'p1', name: 'Cheap local' }, { id: '' }] } },
+        ConnectionManagerRequestService: {
+            sendRequest: async (...args) => { sent.push(args); return { content: '{"summary": "ok"}', reasoning: 'hm' }; },
+        },
+    };
+    assert.deepEqual(connectionProfiles(context), { available: true, profiles: [{ id: 'p1', name: 'Cheap local' }], reason: '' });
+    const text = await profileGenerate(() => context, 'p1')({ systemPrompt: 'S', prompt: 'U', responseLength: 300 });
+    assert.equal(text, '{"summary": "ok"}');
+    assert.deepEqual(sent, [['p1', [{ role: 'system', content: 'S' }, { role: 'user', content: 'U' }], 300]]);
+    const off = connectionProfiles({ extensionSettings: {} });
+    assert.equal(off.available, false);
+    assert.match(off.reason, /Connection Manager is off/);
+    await assert.rejects(profileGenerate(() => ({}), 'p1')({ prompt: 'U' }), /Connection Manager is off/);
+});
+
+test('mj1: the page worker uses the chosen profile, else generateRaw', async () => {
+    const calls = [];
+    const context = {
+        generateRaw: async () => { calls.push('raw'); return 'raw'; },
+        ConnectionManagerRequestService: { sendRequest: async (id) => { calls.push(id); return { content: 'cm' }; } },
+    };
+    let settings = { ...DEFAULTS, enabled: true, llmMode: 'sillytavern', jobProfileId: 'p9' };
+    const w = pageWorker({ getClient: () => ({}), getContext: () => context, getSettings: () => settings,
+        features: { has: () => true }, isGenerating: () => false, toast: () => {} });
+    assert.equal(await w.deps.generate({ prompt: 'x' }), 'cm');
+    settings = { ...settings, jobProfileId: '' };
+    assert.equal(await w.deps.generate({ prompt: 'x' }), 'raw');
+    assert.deepEqual(calls, ['p9', 'raw']);
 });

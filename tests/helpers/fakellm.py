@@ -12,6 +12,8 @@ Control, from the same process (`FakeLLM` object) or over HTTP when run as a scr
   (and a `Retry-After` header when `retry_after` is given);
 - `garbage_next(n)`: the next n completions answer text that no strict parser accepts;
 - `delay`: seconds to wait before answering (for timeout tests);
+- `chunk_delay`: seconds between the chunks of a streamed answer (a slow model that writes);
+- `usage`: the `usage` a plain JSON answer reports (zeros by default; streamed answers report none);
 - `responder`: a function(request_body) -> reply text, replacing the default.
 HTTP control: `GET /_fake/requests`, `POST /_fake/reset`, `POST /_fake/script {"replies": [...]}`,
 `POST /_fake/tool_calls {"calls": [{"name": ..., "arguments": {...}}]}`,
@@ -54,6 +56,8 @@ class FakeLLM:
         self.requests: list[dict[str, Any]] = []
         self.responder: Callable[[dict[str, Any]], str] = default_reply
         self.delay = 0.0
+        self.chunk_delay = 0.0
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         self._scripted: deque[str] = deque()
         self._failures: deque[tuple[int, str | None]] = deque()
         self._garbage = 0
@@ -115,6 +119,7 @@ class FakeLLM:
             self._failures.clear()
             self._garbage = 0
             self.delay = 0.0
+            self.chunk_delay = 0.0
             self.responder = default_reply
 
     def completions(self) -> list[dict[str, Any]]:
@@ -156,7 +161,7 @@ class ToolCalls(str):
                 for i, c in enumerate(self.calls)]
 
 
-def _completion(text: str, created: int) -> dict[str, Any]:
+def _completion(text: str, created: int, usage: dict[str, Any] | None = None) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": str(text)}
     finish = "stop"
     if isinstance(text, ToolCalls):
@@ -168,7 +173,7 @@ def _completion(text: str, created: int) -> dict[str, Any]:
         "created": created,
         "model": MODEL_ID,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "usage": dict(usage or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}),
     }
 
 
@@ -243,9 +248,11 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 self._send_json(404, {"error": {"message": "not found"}})
                 return
             fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+            # The outcome is decided on arrival: a request still sleeping when its client gave up
+            # must not take a failure or script meant for the next test's requests.
+            status, text, retry_after = fake._next_outcome(body if isinstance(body, dict) else {})
             if fake.delay:
                 time.sleep(fake.delay)
-            status, text, retry_after = fake._next_outcome(body if isinstance(body, dict) else {})
             if status != 200:
                 headers = {"Retry-After": retry_after} if retry_after is not None else None
                 self._send_json(status, {"error": {"message": f"fake failure {status}"}}, headers)
@@ -254,7 +261,7 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             if isinstance(body, dict) and body.get("stream"):
                 self._stream(text, created)
             else:
-                self._send_json(200, _completion(text, created))
+                self._send_json(200, _completion(text, created, fake.usage))
 
         def _stream(self, text: str, created: int) -> None:
             self.send_response(200)
@@ -265,6 +272,8 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             for chunk in _chunks(text, created):
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
+                if fake.chunk_delay:
+                    time.sleep(fake.chunk_delay)
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
             self.close_connection = True

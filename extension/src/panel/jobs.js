@@ -1,5 +1,6 @@
 // The panel's status line for background jobs (RV3, RV13): pending / running / failed, the last
-// error, and a retry. Routes: GET /v1/jobs, POST /v1/jobs/{id}/retry.
+// error, a retry, and what this chat's memory has cost (MJ1: tokens today and in all, and why model
+// jobs wait, if they do). Routes: GET /v1/jobs, POST /v1/jobs/{id}/retry, GET /v1/jobs/stats.
 
 import { button, el, setDisabled } from './dom.js';
 import { PANEL_LIMITS } from './limits.js';
@@ -27,6 +28,28 @@ export function jobSummary(jobs, given = null) {
     return { counts, lastFailed, text };
 }
 
+/** A token count people read at a glance: 950, 12.3k, 4.1M. */
+export function tokensText(n) {
+    const v = Number(n) || 0;
+    if (v < 1000) return String(v);
+    if (v < 1_000_000) return `${(v / 1000).toFixed(v < 10_000 ? 1 : 0)}k`;
+    return `${(v / 1_000_000).toFixed(1)}M`;
+}
+
+/**
+ * What this chat's memory has cost (GET /v1/jobs/stats), as one line, and why jobs wait.
+ * @param {{today: {prompt_tokens: number, completion_tokens: number, calls: number},
+ *          total: {prompt_tokens: number, completion_tokens: number, calls: number},
+ *          waiting?: string|null}|null} stats
+ */
+export function costSummary(stats) {
+    if (!stats) return { text: '', waiting: '' };
+    const sum = (t) => (t?.prompt_tokens ?? 0) + (t?.completion_tokens ?? 0);
+    const text = `Memory cost: ${tokensText(sum(stats.today))} tokens today · ${tokensText(sum(stats.total))} in all`
+        + ` (${stats.total?.calls ?? 0} model calls)`;
+    return { text, waiting: stats.waiting ? `Model jobs ${stats.waiting}` : '' };
+}
+
 /**
  * @param {import('./panel.js').PanelContext} pctx
  */
@@ -46,8 +69,23 @@ export function createJobsLine(pctx) {
         }
         await refresh();
     } });
+    const cost = el('span', { class: 'chronicler-jobs-cost' });
+    const waiting = el('span', { class: 'chronicler-jobs-waiting' });
     const element = el('div', { class: 'chronicler-jobs', attrs: { role: 'status', 'aria-live': 'polite' } },
-        el('i', { class: 'fa-solid fa-gears', attrs: { 'aria-hidden': 'true' } }), text, retry, error);
+        el('i', { class: 'fa-solid fa-gears', attrs: { 'aria-hidden': 'true' } }), text, retry, error, cost, waiting);
+
+    async function refreshCost() {
+        try {
+            const chatId = pctx.chat?.().chatId ?? null;
+            const stats = await pctx.client().jobStats(chatId ? { chat_id: chatId } : {});
+            const summary = costSummary(stats);
+            cost.textContent = summary.text;
+            waiting.textContent = summary.waiting;
+        } catch {
+            cost.textContent = '';  // an older sidecar without costs: the line just leaves them out
+            waiting.textContent = '';
+        }
+    }
     retry.hidden = true;
 
     async function refresh() {
@@ -62,6 +100,7 @@ export function createJobsLine(pctx) {
             retry.hidden = !failed.length;
             setDisabled(retry, !failed.length);
             element.dataset.state = failed.length ? 'failed' : summary.counts.running || summary.counts.pending ? 'busy' : 'idle';
+            await refreshCost();
         } catch (e) {
             failed = [];
             retry.hidden = true;

@@ -9,10 +9,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
-
-from ...core.quotes import DEFAULT_MAX_QUOTE_CHARS, DroppedQuote, Quote, verify_quotes
+from ...core.quotes import DEFAULT_MAX_QUOTE_CHARS, DroppedQuote, Quote, speaker_said, verify_quotes
+from . import answers
 
 if TYPE_CHECKING:
     from ...core.tokens import TokenCounter
@@ -144,23 +142,49 @@ class Task:
     schema: dict[str, Any]
     parse: Callable[[dict[str, Any], dict[str, Any], str], Any]
     fallback: Callable[[Prompt, "TokenCounter | None"], Any]
+    normalise: Callable[[dict[str, Any]], None] | None = None  # fixes before the schema check
 
-    def parse_answer(self, prompt: Prompt, answer: str) -> Any:
-        """A model's answer to `prompt` as the task's result, or PromptParseError: one JSON object,
-        valid against `schema`, then `parse`."""
-        try:
-            data = extract_json(answer)
-        except ValueError as e:
-            raise PromptParseError(self.name, str(e), answer) from None
+    def parse_answer(self, prompt: Prompt, answer: str, report: answers.Report | None = None) -> Any:
+        """A model's answer to `prompt` as the task's result, or PromptParseError: one JSON object
+        (`answers.read_object`), fitted to `schema` keeping its valid parts, then `parse`. What
+        was changed or dropped on the way is noted in `report`."""
+        with answers.reporting(report or answers.Report()):
+            try:
+                data = answers.read_object(answer, wanted=self.schema.get("properties", {}))
+            except ValueError as e:
+                raise PromptParseError(self.name, str(e), answer) from None
+            return self.parse_data(prompt.inputs, data, answer)
+
+    def parse_data(self, inputs: dict[str, Any], data: dict[str, Any], answer: str) -> Any:
+        """An answer already read as JSON (e.g. one section of a per-part answer): normalised,
+        fitted to `schema`, then `parse` (inside the caller's report)."""
+        report = answers.current()
+        before = len(report.dropped)
+        if self.normalise is not None:
+            self.normalise(data)
         validate(self.name, self.schema, data, answer)
-        return self.parse(prompt.inputs, data, answer)
+        result = self.parse(inputs, data, answer)
+        if len(report.dropped) > before and _nothing_kept(result):
+            raise PromptParseError(self.name, "nothing of the answer could be kept: "
+                                   + "; ".join(report.dropped[before:before + 3]), answer)
+        return result
+
+
+def _nothing_kept(result: Any) -> bool:
+    """Whether a list-producing result kept nothing (an answer that had parts, all of them bad)."""
+    if isinstance(result, Extraction):
+        return not result.items
+    parts = [getattr(result, name) for name in ("drafts", "updates") if hasattr(result, name)]
+    return bool(parts) and not any(parts)
 
 
 # --- rendering -----------------------------------------------------------------------------------
 
 COMMON_RULES = (
     "Use only what is in the text given. Never invent names, events or words. "
-    "Write in the language of the conversation."
+    "Write every text you write (summaries, memories, titles, feelings, sheet fields) in the "
+    "language the conversation is written in, never translated into English; quotes stay as "
+    "they were said."
 )
 
 QUOTE_RULE = (
@@ -241,83 +265,97 @@ LEVEL = {"type": "integer", "minimum": 1, "maximum": 5}
 
 # --- parsing -------------------------------------------------------------------------------------
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z]*)[ \t]*\r?\n(.*?)```", re.DOTALL)
-
-
 def extract_json(answer: str) -> dict[str, Any]:
-    """The one JSON object in a model's answer. Raises ValueError with a reason otherwise.
-
-    Accepted: the bare object; exactly one fenced code block holding it; prose before and after
-    one object, as long as the prose holds no braces (so where the object is is not a guess).
-    """
-    text = answer.strip().lstrip("\ufeff")
-    if not text:
-        raise ValueError("the answer is empty")
-    try:
-        whole = json.loads(text)
-    except ValueError:
-        pass
-    else:
-        if not isinstance(whole, dict):
-            raise ValueError("the answer is JSON but not an object")
-        return whole
-    fences = _FENCE.findall(text)
-    if len(fences) > 1:
-        raise ValueError(f"the answer holds {len(fences)} code blocks; expected one JSON object")
-    if fences:
-        lang, body = fences[0]
-        if lang and lang.lower() not in ("json", "json5", "javascript", "js"):
-            raise ValueError(f"the code block is marked {lang!r}, not JSON")
-        return _loads_object(body.strip(), "the code block")
-    first, last = text.find("{"), text.rfind("}")
-    if first < 0:
-        raise ValueError("no JSON object found in the answer")
-    if last < first:
-        raise ValueError("the JSON object in the answer is not closed (cut off?)")
-    return _loads_object(text[first:last + 1], "the JSON object in the answer")
-
-
-def _loads_object(text: str, where: str) -> dict[str, Any]:
-    try:
-        obj = json.loads(text)
-    except ValueError as e:
-        raise ValueError(f"{where} is not valid JSON ({e})") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"{where} is JSON but not an object")
-    return obj
+    """The one JSON object in a model's answer (reasoning, prose and fences around it stripped,
+    broken JSON repaired: `answers.read_object`). Raises ValueError with a reason otherwise."""
+    return answers.read_object(answer)
 
 
 def validate(task: str, schema: dict[str, Any], data: dict[str, Any], answer: str) -> None:
-    """Raise PromptParseError naming where `data` first breaks `schema`."""
-    error = best_match(Draft202012Validator(schema).iter_errors(data))
-    if error is not None:
-        where = "/".join(str(p) for p in error.absolute_path) or "the top level"
-        raise PromptParseError(task, f"at {where}: {error.message}", answer)
+    """Make `data` fit `schema`, keeping its valid parts (`answers.prune`, noted in the current
+    report); PromptParseError naming where it breaks when nothing can be kept."""
+    reason = answers.prune(schema, data)
+    if reason is not None:
+        raise PromptParseError(task, reason, answer)
 
 
 class Labels:
-    """Maps the labels a prompt showed (m1, c2, …) back to ids, rejecting any we did not show."""
+    """Maps the labels a prompt showed (m1, c2, …) back to ids. A label we did not show is refused
+    by `one` (the caller drops that item) and left out by `many` (noted); a name given for a label
+    (`names`: label -> the names it stands for) is mapped to it when only one label has it."""
 
-    def __init__(self, task: str, answer: str, prefix: str, ids: Sequence[str], what: str) -> None:
+    def __init__(self, task: str, answer: str, prefix: str, ids: Sequence[str], what: str,
+                 names: dict[str, Sequence[str]] | None = None) -> None:
         self.task, self.answer, self.what = task, answer, what
         self.map = {f"{prefix}{i + 1}": x for i, x in enumerate(ids)}
+        by_name: dict[str, set[str]] = {}
+        for label, known in (names or {}).items():
+            for n in known:
+                if n and n.strip():
+                    by_name.setdefault(n.strip().casefold(), set()).add(label)
+        self._by_name = {n: next(iter(ls)) for n, ls in by_name.items() if len(ls) == 1}
+
+    def find(self, label: Any) -> str | None:
+        """The id behind a label (or an unambiguous name, noted as a change), or None."""
+        raw = str(label).strip()
+        key = raw.strip("[]")
+        if key in self.map:
+            return self.map[key]
+        named = self._by_name.get(re.sub(r"\s*\(.*\)\s*$", "", key).casefold())
+        if named is not None:
+            answers.current().changed.append(f"the {self.what} name {raw!r} was read as its label {named}")
+            return self.map[named]
+        return None
 
     def one(self, label: Any) -> str:
-        """The id behind one label."""
-        key = str(label).strip().strip("[]")
-        if key not in self.map:
-            shown = ", ".join(list(self.map)[:3]) + ("…" if len(self.map) > 3 else "")
+        """The id behind one label; PromptParseError (this item is dropped) for a label not given."""
+        found = self.find(label)
+        if found is None:
+            shown = ", ".join(list(self.map)[:3]) + ("…" if len(self.map) > 3 else "") or "none"
             raise PromptParseError(self.task, f"{label!r} is not one of the {self.what} labels "
                                               f"given ({shown})", self.answer)
-        return self.map[key]
+        return found
 
     def many(self, labels: Iterable[Any], *, nonempty: bool = False, field_name: str = "") -> tuple[str, ...]:
-        """The ids behind labels, each once, in order."""
-        out = tuple(dict.fromkeys(self.one(x) for x in labels))
+        """The ids behind labels, each once, in order; labels not given are left out (noted)."""
+        found = []
+        for x in labels:
+            got = self.find(x)
+            if got is None:
+                answers.current().dropped.append(f"{x!r} is not one of the {self.what} labels given")
+            else:
+                found.append(got)
+        out = tuple(dict.fromkeys(found))
         if nonempty and not out:
+            given = ", ".join(repr(x) for x in labels) or "none"
             raise PromptParseError(self.task, f"{field_name or self.what} must cite at least one "
-                                              "label", self.answer)
+                                              f"label given (it cited {given})", self.answer)
         return out
+
+
+def keep_valid(task: str, answer: str, raw_items: Sequence[Any], build: Callable[[Any], Any],
+               what: str) -> list[Any]:
+    """`build(raw)` of each item; an item whose build raises PromptParseError is dropped (noted).
+    When items were given and none could be kept, the answer is refused with their reasons."""
+    kept, reasons = [], []
+    for raw in raw_items:
+        try:
+            item = build(raw)
+        except PromptParseError as e:
+            reasons.append(e.reason)
+            answers.current().dropped.append(f"{what} dropped: {e.reason}")
+            continue
+        if item is not None:
+            kept.append(item)
+    if raw_items and not kept and reasons:
+        raise PromptParseError(task, f"nothing could be kept ({what}: " + "; ".join(reasons[:3]) + ")", answer)
+    return kept
+
+
+def character_labels(task: str, answer: str, characters: Sequence["CharacterRef"]) -> Labels:
+    """The c1, c2, … labels of `characters`, their names and aliases mapped too."""
+    return Labels(task, answer, "c", [c.id for c in characters], "character",
+                  {f"c{i + 1}": (c.name, *c.aliases) for i, c in enumerate(characters)})
 
 
 def messages_from(inputs: dict[str, Any]) -> list[ChatMessage]:
@@ -336,7 +374,7 @@ def cast_labels(task: str, inputs: dict[str, Any],
     """The messages and characters a prompt carries, and their labels (m1…, c1…)."""
     messages, characters = messages_from(inputs), characters_from(inputs)
     return (messages, characters, Labels(task, answer, "m", [m.id for m in messages], "message"),
-            Labels(task, answer, "c", [c.id for c in characters], "character"))
+            character_labels(task, answer, characters))
 
 
 def quote_in(q: dict[str, Any]) -> Quote:
@@ -356,10 +394,54 @@ def checked_text(task: str, answer: str, value: str, name: str, max_chars: int |
 
 
 def check_quotes(raw: list[dict[str, Any]], mlabels: Labels, messages: Sequence[ChatMessage],
-                 limit: int) -> tuple[tuple[Quote, ...], tuple[DroppedQuote, ...]]:
-    """Map quote labels to ids (an unknown label fails the parse), then verify them (SW8)."""
-    cited = [Quote(q["speaker"].strip(), q["text"], mlabels.one(q["message"])) for q in raw]
+                 limit: int, characters: Sequence["CharacterRef"] = ()) -> tuple[tuple[Quote, ...], tuple[DroppedQuote, ...]]:
+    """Map quote labels to ids, verify the words (SW8), then the speaker: a quote is kept only
+    when its speaker wrote the cited message or its narration names them as speaking it
+    (`core.quotes.speaker_said`). Every quote left out is returned with its reason."""
+    cited, dropped = [], []
+    for q in raw:
+        mid = mlabels.find(q["message"])
+        quote = Quote(q["speaker"].strip(), q["text"], mid or str(q["message"]))
+        (cited if mid is not None else dropped).append(quote if mid else DroppedQuote(quote, "unknown_message"))
     check = verify_quotes(cited, {m.id: m.text for m in messages}, max_chars=DEFAULT_MAX_QUOTE_CHARS)
-    kept = check.kept[:limit]
-    over = tuple(DroppedQuote(q, "over_limit") for q in check.kept[limit:])
-    return kept, check.dropped + over
+    by_id = {m.id: m for m in messages}
+    cast = [(c.name, *c.aliases) for c in characters]
+    cast += [(n,) for n in dict.fromkeys(m.speaker for m in messages)
+             if n and all(n.casefold() not in {x.casefold() for x in c} for c in cast)]
+    kept = []
+    for q in check.kept:
+        speaker = _speaker_named(q.speaker, mlabels, characters)
+        author = _author_names(by_id[q.message_id], characters)
+        said = speaker_said(speaker, author, by_id[q.message_id].text, q.text,
+                            _names_of(speaker, characters), cast)
+        if said is None:
+            dropped.append(DroppedQuote(q, "wrong_speaker"))
+        else:
+            kept.append(Quote(said, q.text, q.message_id))
+    over = tuple(DroppedQuote(q, "over_limit") for q in kept[limit:])
+    return tuple(kept[:limit]), tuple(dropped) + check.dropped + over
+
+
+def _speaker_named(speaker: str, mlabels: Labels, characters: Sequence["CharacterRef"]) -> str:
+    """A quote's speaker as a name (a model may give a character label such as c2)."""
+    m = re.fullmatch(r"\[?c(\d+)\]?", speaker.strip())
+    if m and 0 < int(m.group(1)) <= len(characters):
+        return characters[int(m.group(1)) - 1].name
+    return re.sub(r"\s*\((the )?player('s character)?\)\s*$", "", speaker.strip())
+
+
+def _author_names(message: ChatMessage, characters: Sequence["CharacterRef"]) -> tuple[str, ...]:
+    """The names a message's author goes by (its speaker name, and its character's name and aliases)."""
+    names = [message.speaker]
+    for c in characters:
+        if c.id == message.character_id or c.name.casefold() == (message.speaker or "").casefold():
+            names += [c.name, *c.aliases]
+    return tuple(n for n in names if n)
+
+
+def _names_of(speaker: str, characters: Sequence["CharacterRef"]) -> tuple[str, ...]:
+    """Every name of the character called `speaker` (name or alias), or just `speaker`."""
+    for c in characters:
+        if speaker.casefold() in {c.name.casefold(), *(a.casefold() for a in c.aliases)}:
+            return (c.name, *c.aliases)
+    return (speaker,)

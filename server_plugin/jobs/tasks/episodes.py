@@ -5,7 +5,7 @@ fallback."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -31,6 +31,7 @@ from .base import (
     checked_text,
     dump,
     json_block,
+    keep_valid,
     make_prompt,
     messages_from,
     need,
@@ -136,11 +137,11 @@ def character_memories(messages: Sequence[ChatMessage], characters: Sequence[Cha
         "- \"participants\": labels of the characters who took part. \"importance\": 1 (trivial) to "
         "5 (life-changing). \"messages\": labels of the messages the memory comes from.\n"
         f"{ANSWER_RULE}\n"
-        + json_block({"memories": [{"character": "c2", "summary": "…", "feeling": "…",
+        + json_block({"memories": [{"character": labels[targets[0].id], "summary": "…", "feeling": "…",
                                     "quotes": [{"speaker": "Name", "text": "exact words",
-                                                "message": "m3"}],
-                                    "participants": ["c1", "c2"], "importance": 3,
-                                    "messages": ["m2", "m3"]}]})
+                                                "message": "m1"}],
+                                    "participants": [labels[targets[0].id]], "importance": 3,
+                                    "messages": ["m1"]}]})
     )
     user = render_characters(characters) + "\n\nMessages:\n" + render_messages(messages)
     return make_prompt("character_memories", system, user,
@@ -157,23 +158,26 @@ def _parse_memories(inputs: dict[str, Any], data: dict[str, Any], answer: str) -
     members = tuple(c.id for c in characters)
     per: dict[str, int] = {}
     items, dq, dropped = [], [], []
-    for raw in data["memories"]:
+
+    def build(raw: dict[str, Any]) -> CharacterMemory | None:
         cid = cl.one(raw["character"])
         if cid not in inputs["for_ids"]:  # a real character, just not one we asked about
             dropped.append(f"not asked for: a memory of {cid}")
-            continue
-        quotes, qdrop = check_quotes(raw["quotes"], ml, messages, inputs["max_quotes"])
-        dq += qdrop
+            return None
         mem = CharacterMemory(
             cid, checked_text(task, answer, raw["summary"], "summary"),
-            checked_text(task, answer, raw["feeling"], "feeling", 200), quotes,
+            checked_text(task, answer, raw["feeling"][:200], "feeling", 200), (),
             cl.many(raw["participants"]), members, inputs["session"], raw["importance"],
             ml.many(raw["messages"], nonempty=True, field_name="a memory"))
+        quotes, qdrop = check_quotes(raw["quotes"], ml, messages, inputs["max_quotes"], characters)
+        dq.extend(qdrop)
         per[cid] = per.get(cid, 0) + 1
         if per[cid] > inputs["per_character"]:
             dropped.append(f"over {inputs['per_character']} memories for {cid}")
-        else:
-            items.append(mem)
+            return None
+        return replace(mem, quotes=quotes)
+
+    items = keep_valid(task, answer, data["memories"], build, "a memory")
     return Extraction(tuple(items), tuple(dq), tuple(dropped))
 
 
@@ -269,8 +273,8 @@ def scene_summaries(messages: Sequence[ChatMessage], characters: Sequence[Charac
         f"{ANSWER_RULE}\n"
         + json_block({"scenes": [{"title": "…", "summary": "…",
                                   "quotes": [{"speaker": "Name", "text": "exact words",
-                                              "message": "m3"}],
-                                  "participants": ["c1"], "messages": ["m1", "m2", "m3"]}]})
+                                              "message": "m1"}],
+                                  "participants": ["c1"], "messages": ["m1"]}]})
     )
     user = render_characters(characters) + "\n\nMessages:\n" + render_messages(messages)
     return make_prompt("scene_summaries", system, user, 100 + max_scenes * (250 + 50 * max_quotes),
@@ -284,14 +288,18 @@ def _parse_scenes(inputs: dict[str, Any], data: dict[str, Any], answer: str) -> 
     task = "scene_summaries"
     messages, characters, ml, cl = cast_labels(task, inputs, answer)
     members = tuple(c.id for c in characters)
-    items, dq = [], []
-    for raw in data["scenes"]:
-        quotes, qdrop = check_quotes(raw["quotes"], ml, messages, inputs["max_quotes"])
-        dq += qdrop
-        items.append(SceneSummary(
-            checked_text(task, answer, raw["title"], "title", 200),
-            checked_text(task, answer, raw["summary"], "summary"), quotes, cl.many(raw["participants"]),
-            members, inputs["session"], ml.many(raw["messages"], nonempty=True, field_name="a scene")))
+    dq: list[Any] = []
+
+    def build(raw: dict[str, Any]) -> SceneSummary:
+        scene = SceneSummary(
+            checked_text(task, answer, raw["title"][:200], "title", 200),
+            checked_text(task, answer, raw["summary"], "summary"), (), cl.many(raw["participants"]),
+            members, inputs["session"], ml.many(raw["messages"], nonempty=True, field_name="a scene"))
+        quotes, qdrop = check_quotes(raw["quotes"], ml, messages, inputs["max_quotes"], characters)
+        dq.extend(qdrop)
+        return replace(scene, quotes=quotes)
+
+    items = keep_valid(task, answer, data["scenes"], build, "a scene")
     dropped = tuple(f"over the limit of {inputs['max_scenes']} scenes: {s.title[:80]}"
                     for s in items[inputs["max_scenes"]:])
     return Extraction(tuple(items[:inputs["max_scenes"]]), tuple(dq), dropped)

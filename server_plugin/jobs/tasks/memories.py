@@ -29,6 +29,7 @@ from .base import (
     checked_text,
     dump,
     json_block,
+    keep_valid,
     make_prompt,
     messages_from,
     need,
@@ -104,7 +105,7 @@ def durable_memories(messages: Sequence[ChatMessage], characters: Sequence[Chara
         "- Do not repeat a memory already saved.\n"
         f"{ANSWER_RULE}\n"
         + json_block({"memories": [{"character": "c1", "scope": "character", "kind": "allergy",
-                                    "text": "Sam is allergic to peanuts.", "messages": ["m4"]}]})
+                                    "text": "Sam is allergic to peanuts.", "messages": ["m1"]}]})
         + f"\n\"kind\" is one of: {', '.join(KINDS)}."
     )
     user = render_characters(characters) + "\n\n"
@@ -128,8 +129,9 @@ def _parse_durable(inputs: dict[str, Any], data: dict[str, Any], answer: str) ->
     task = "durable_memories"
     messages, characters, ml, cl = cast_labels(task, inputs, answer)
     existing = {fold(t) for t in inputs["existing"]}
-    items, dropped = [], []
-    for raw in data["memories"]:
+    dropped: list[str] = []
+
+    def build(raw: dict[str, Any]) -> MemoryDraft | None:
         cid = cl.one(raw["character"]) if raw["character"] is not None else None
         _scope(task, answer, raw["scope"], cid)
         text = checked_text(task, answer, raw["text"], "a memory's text", inputs["max_chars"])
@@ -137,9 +139,11 @@ def _parse_durable(inputs: dict[str, Any], data: dict[str, Any], answer: str) ->
                             ml.many(raw["messages"], nonempty=True, field_name="a memory"))
         if fold(text) in existing:
             dropped.append(f"already saved: {text[:80]}")
-        else:
-            existing.add(fold(text))
-            items.append(draft)
+            return None
+        existing.add(fold(text))
+        return draft
+
+    items = keep_valid(task, answer, data["memories"], build, "a memory")
     dropped += [f"over the limit of {inputs['max_items']}: {d.text[:80]}"
                 for d in items[inputs["max_items"]:]]
     return Extraction(tuple(items[:inputs["max_items"]]), (), tuple(dropped))
@@ -334,7 +338,7 @@ def save_from_conversation(messages: Sequence[ChatMessage], character: Character
         f"- {COMMON_RULES} At most {max_drafts} drafts, each one self-contained sentence of at "
         f"most {max_chars} characters, with the labels of the messages it comes from.\n"
         f"{ANSWER_RULE}\n"
-        + json_block({"memories": [{"kind": "promise", "text": "…", "messages": ["m1", "m2"]}]})
+        + json_block({"memories": [{"kind": "promise", "text": "…", "messages": ["m1"]}]})
         + f"\n\"kind\" is one of: {', '.join(KINDS)}."
     )
     user = "Messages:\n" + render_messages(messages)
@@ -349,10 +353,9 @@ def _parse_save(inputs: dict[str, Any], data: dict[str, Any], answer: str) -> Ex
     messages = messages_from(inputs)
     ml = Labels(task, answer, "m", [m.id for m in messages], "message")
     scope, cid = _target(inputs)
-    items = [MemoryDraft(checked_text(task, answer, raw["text"], "a draft's text", inputs["max_chars"]),
-                         scope, cid, raw["kind"],
-                         ml.many(raw["messages"], nonempty=True, field_name="a draft"))
-             for raw in data["memories"]]
+    items = keep_valid(task, answer, data["memories"], lambda raw: MemoryDraft(
+        checked_text(task, answer, raw["text"], "a draft's text", inputs["max_chars"]), scope, cid,
+        raw["kind"], ml.many(raw["messages"], nonempty=True, field_name="a draft")), "a draft")
     dropped = tuple(f"over the limit of {inputs['max_drafts']}" for _ in items[inputs["max_drafts"]:])
     return Extraction(tuple(items[:inputs["max_drafts"]]), (), dropped)
 

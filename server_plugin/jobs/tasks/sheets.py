@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
+from . import answers
 from .base import (
     ANSWER_RULE,
     COMMON_RULES,
@@ -17,9 +18,11 @@ from .base import (
     Prompt,
     Task,
     characters_from,
+    character_labels,
     checked_text,
     dump,
     json_block,
+    keep_valid,
     make_prompt,
     need,
     obj_schema,
@@ -103,15 +106,17 @@ def sheet_updates(messages: Sequence[ChatMessage], characters: Sequence[Characte
         "You keep the character sheets of a roleplay campaign up to date after a session.\n"
         f"- {COMMON_RULES}\n"
         "- \"new\": for each listed newcomer (labels n1, n2, …), a short sheet of what the messages "
-        "show: e.g. role, appearance, personality, manner of speech, relationships.\n"
+        "show: e.g. role, appearance, personality, manner_of_speech, relationships.\n"
         "- \"updates\": for listed sheets (labels c1, c2, …), only fields whose content the session "
         "changed or newly revealed, each rewritten in full. Never change a field marked (kept). "
         "Do not write secrets. Leave out characters with nothing new.\n"
         f"- Field names: lower case letters, digits and _ (e.g. \"appearance\"); values plain text "
         f"of at most {field_max_chars} characters; at most {max_fields} fields per character.\n"
         f"{ANSWER_RULE}\n"
-        + json_block({"new": [{"newcomer": "n1", "fields": {"role": "…", "appearance": "…"}}],
-                      "updates": [{"character": "c2", "fields": {"relationships": "…"}}]})
+        + json_block({"new": [{"newcomer": "n1", "fields": {"role": "…", "appearance": "…"}}]
+                      if newcomers else [],
+                      "updates": [{"character": labels[sheets[0].id], "fields": {"relationships": "…"}}]
+                      if sheets else []})
         + "\nUse [] for either list when there is nothing to add."
     )
     user = render_characters(characters) + "\n\n"
@@ -149,9 +154,36 @@ def _sheet_fields(task: str, answer: str, raw: dict[str, str], kept: Sequence[st
             dropped.append(f"{who}: {name} is kept by a person")
         elif len(fields) >= inputs["max_fields"]:
             dropped.append(f"{who}: {name} is over the limit of {inputs['max_fields']} fields")
+        elif not value.strip():
+            dropped.append(f"{who}: {name} is blank")
         else:
-            fields[name] = checked_text(task, answer, value, f"{who}'s {name}", inputs["field_max_chars"])
+            if len(value.strip()) > inputs["field_max_chars"]:
+                answers.current().changed.append(f"{who}'s {name} was cut to {inputs['field_max_chars']} characters")
+            fields[name] = checked_text(task, answer, value.strip()[:inputs["field_max_chars"]],
+                                        f"{who}'s {name}", inputs["field_max_chars"])
     return fields
+
+
+def _normalise_fields(data: dict[str, Any]) -> None:
+    """Field names as the schema wants them (`manner of speech` → `manner_of_speech`), noted;
+    a value that is not text (a list, a number) is written out as text."""
+    for key in ("new", "updates"):
+        for item in data.get(key) or []:
+            fields = item.get("fields") if isinstance(item, dict) else None
+            if not isinstance(fields, dict):
+                continue
+            fixed: dict[str, Any] = {}
+            for name, value in fields.items():
+                good = answers.snake_case(str(name))
+                if good != name:
+                    answers.current().changed.append(f"field name {name!r} written as {good!r}")
+                if isinstance(value, list):
+                    value = ", ".join(str(v) for v in value)
+                elif not isinstance(value, str) and value is not None:
+                    value = str(value)
+                if good and isinstance(value, str):
+                    fixed[good] = value
+            item["fields"] = fixed
 
 
 def _parse_sheet_updates(inputs: dict[str, Any], data: dict[str, Any], answer: str) -> SheetProposals:
@@ -159,22 +191,30 @@ def _parse_sheet_updates(inputs: dict[str, Any], data: dict[str, Any], answer: s
     characters = characters_from(inputs)
     sheets = {s["id"]: s for s in inputs["sheets"]}
     names = {c.id: c.name for c in characters}
-    cl = Labels(task, answer, "c", [c.id for c in characters], "character")
-    nl = Labels(task, answer, "n", [n["name"] for n in inputs["newcomers"]], "newcomer")
+    cl = character_labels(task, answer, characters)
+    nl = Labels(task, answer, "n", [n["name"] for n in inputs["newcomers"]], "newcomer",
+                {f"n{i + 1}": (n["name"],) for i, n in enumerate(inputs["newcomers"])})
     dropped: list[str] = []
     drafts: dict[str, dict[str, str]] = {}
-    for raw in data["new"]:
+    updates: dict[str, dict[str, str]] = {}
+
+    def draft(raw: dict[str, Any]) -> bool:
         name = nl.one(raw["newcomer"])
         drafts.setdefault(name, {}).update(_sheet_fields(task, answer, raw["fields"], (), name, inputs, dropped))
-    updates: dict[str, dict[str, str]] = {}
-    for raw in data["updates"]:
+        return True
+
+    def update(raw: dict[str, Any]) -> bool:
         cid = cl.one(raw["character"])
         if cid not in sheets:  # a real character, just not one whose sheet was offered
             dropped.append(f"not asked for: the sheet of {cid}")
-            continue
+            return True
         fields = _sheet_fields(task, answer, raw["fields"], sheets[cid]["kept"], names[cid], inputs, dropped)
         if fields:
             updates.setdefault(cid, {}).update(fields)
+        return True
+
+    keep_valid(task, answer, data["new"], draft, "a newcomer's sheet")
+    keep_valid(task, answer, data["updates"], update, "a sheet update")
     return SheetProposals(tuple(SheetDraft(None, n, f) for n, f in drafts.items() if f),
                           tuple(SheetDraft(c, names[c], f) for c, f in updates.items()), tuple(dropped))
 
@@ -185,4 +225,5 @@ def _sheets_fallback(prompt: Prompt, counter: TokenCounter | None) -> SheetPropo
     return SheetProposals((), (), ("no model: sheets are not inferred from the text",))
 
 
-SHEET_UPDATES = Task("sheet_updates", sheet_updates, SHEETS_SCHEMA, _parse_sheet_updates, _sheets_fallback)
+SHEET_UPDATES = Task("sheet_updates", sheet_updates, SHEETS_SCHEMA, _parse_sheet_updates, _sheets_fallback,
+                     _normalise_fields)

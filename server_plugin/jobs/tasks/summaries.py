@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ...core.quotes import DroppedQuote, Quote
 from ...core.tokens import get_counter
+from . import answers
 from . import extractive as ex
 from .base import (
     ANSWER_RULE,
@@ -23,12 +24,12 @@ from .base import (
     ChatMessage,
     Labels,
     Prompt,
-    PromptParseError,
     Task,
     check_quotes,
     checked_text,
     dump,
     json_block,
+    keep_valid,
     make_prompt,
     messages_from,
     need,
@@ -132,7 +133,7 @@ def chunk_summary(messages: Sequence[ChatMessage], *, previous: str = "", budget
         f"\"quotes\". {QUOTE_RULE}\n"
         f"{ANSWER_RULE}\n"
         + json_block({"summary": "…", "quotes": [{"speaker": "Name", "text": "exact words",
-                                                 "message": "m3"}]})
+                                                 "message": "m1"}]})
         + "\nUse \"quotes\": [] when no line is worth keeping."
     )
     user = ""
@@ -207,7 +208,7 @@ def merge_summaries(children: Sequence[SummaryInput], *, tier: str = "consolidat
         f"- At most about {words_for(budget_tokens)} words, no direct quotes in the summary.\n"
         f"- Keep up to {max_quotes} of the listed quotes (labels q1, q2, …) that matter most "
         "for the rest of the story, by label.\n"
-        f"{ANSWER_RULE}\n" + json_block({"summary": "…", "keep_quotes": ["q2"]})
+        f"{ANSWER_RULE}\n" + json_block({"summary": "…", "keep_quotes": ["q1"] if qn else []})
     )
     user = "Merge these summaries:\n<summaries>\n" + "\n\n".join(blocks) + "\n</summaries>"
     return make_prompt("merge_summaries", system, user, out_tokens(budget_tokens, 0),
@@ -333,11 +334,13 @@ def session_summary(messages: Sequence[ChatMessage], *, earlier: Sequence[Summar
         f"- \"quotes\": up to {max_quotes} memorable lines. {QUOTE_RULE}\n"
         f"- \"open_threads\": up to {max_threads} unresolved narrative threads (a promise not yet kept, "
         "a mystery, a danger, a plan), each with priority 1-5 (5 = most pressing).\n"
-        "- \"resolved\": labels (n1, n2, …) of the listed open notes this session resolved.\n"
-        f"{ANSWER_RULE}\n"
+        + ("- \"resolved\": labels (n1, n2, …) of the listed open notes this session resolved.\n"
+           if open_notes else "- \"resolved\": [] (no open notes are listed).\n")
+        + f"{ANSWER_RULE}\n"
         + json_block({"full": "…", "short": "…",
-                      "quotes": [{"speaker": "Name", "text": "exact words", "message": "m3"}],
-                      "open_threads": [{"text": "…", "priority": 4}], "resolved": ["n1"]})
+                      "quotes": [{"speaker": "Name", "text": "exact words", "message": "m1"}],
+                      "open_threads": [{"text": "…", "priority": 4}],
+                      "resolved": ["n1"] if open_notes else []})
     )
     user = f"Session {session}.\n" if session is not None else ""
     if open_notes:
@@ -366,10 +369,11 @@ def _parse_session(inputs: dict[str, Any], data: dict[str, Any], answer: str) ->
     quotes, dropped = check_quotes(data["quotes"], ml, messages, inputs["max_quotes"])
     short = checked_text(task, answer, data["short"], "short")
     if re.search(r"\n\s*\n", short):
-        raise PromptParseError(task, "short must be one paragraph, it has several", answer)
+        answers.current().changed.append("short had several paragraphs: joined into one")
     short = re.sub(r"\s*\n\s*", " ", short)
-    threads = [NoteProposal(checked_text(task, answer, t["text"], "an open thread"), t["priority"])
-               for t in data["open_threads"]][:inputs["max_threads"]]
+    threads = keep_valid(task, answer, data["open_threads"], lambda t: NoteProposal(
+        checked_text(task, answer, t["text"], "an open thread"), t["priority"]), "an open thread")
+    threads = threads[:inputs["max_threads"]]
     covers = tuple(e["id"] for e in inputs["earlier"]) + tuple(m.id for m in messages)
     return SessionSummary(checked_text(task, answer, data["full"], "full"), short, quotes,
                           tuple(threads), nl.many(data["resolved"]), covers, dropped)

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ...core.quotes import Quote, verify_quotes
+from ...core.quotes import DroppedQuote, Quote, speaker_said, verify_quotes
 from ...core.text import RETOLD_STOP_WORDS, content_words
 from . import extractive as ex
 from .base import (
@@ -26,6 +26,7 @@ from .base import (
     characters_from,
     dump,
     json_block,
+    keep_valid,
     make_prompt,
     messages_from,
     need,
@@ -77,8 +78,8 @@ def told_events(messages: Sequence[ChatMessage], characters: Sequence[CharacterR
         "\"secret\": the secret's label (k1, k2, …); \"message\": the label of the message where it "
         "is told; \"evidence\": the words in that message that reveal it, copied exactly.\n"
         f"{ANSWER_RULE}\n"
-        + json_block({"events": [{"teller": "c1", "listeners": ["c2"], "secret": "k1",
-                                  "message": "m5", "evidence": "exact words"}]})
+        + json_block({"events": [{"teller": "c1", "listeners": ["c2" if len(characters) > 1 else "c1"],
+                                  "secret": "k1", "message": "m1", "evidence": "exact words"}]})
     )
     secret_lines = []
     for i, s in enumerate(secrets):
@@ -96,8 +97,12 @@ def _parse_told(inputs: dict[str, Any], data: dict[str, Any], answer: str) -> Ex
     messages, characters, ml, cl = cast_labels(task, inputs, answer)
     kl = Labels(task, answer, "k", [s["id"] for s in inputs["secrets"]], "secret")
     names = {c.id: c.name for c in characters}
-    items, dq, dropped = [], [], []
-    for raw in data["events"]:
+    dq: list[Any] = []
+    dropped: list[str] = []
+    by_id = {m.id: m for m in messages}
+    who = {c.id: c for c in characters}
+
+    def build(raw: dict[str, Any]) -> ToldEvent | None:
         teller = cl.one(raw["teller"])
         listeners = tuple(x for x in cl.many(raw["listeners"], nonempty=True,
                                              field_name="listeners") if x != teller)
@@ -105,12 +110,21 @@ def _parse_told(inputs: dict[str, Any], data: dict[str, Any], answer: str) -> Ex
         claim = Quote(names[teller], raw["evidence"], ml.one(raw["message"]))
         check = verify_quotes([claim], {m.id: m.text for m in messages})
         if not check.kept:
-            dq += check.dropped
+            dq.extend(check.dropped)
             dropped.append(f"evidence not found in the message: {raw['evidence'][:80]}")
-        elif not listeners:
+            return None
+        if not listeners:
             dropped.append("a character cannot tell a secret only to themselves")
-        else:
-            items.append(ToldEvent(teller, listeners, secret, check.kept[0]))
+            return None
+        kept, m, t = check.kept[0], by_id[check.kept[0].message_id], who[teller]
+        if speaker_said(t.name, (m.speaker, *((t.name, *t.aliases) if m.character_id == teller else ())),
+                        m.text, kept.text, (t.name, *t.aliases)) is None:
+            dq.append(DroppedQuote(kept, "wrong_speaker"))
+            dropped.append(f"{t.name} did not say the evidence: {kept.text[:80]}")
+            return None
+        return ToldEvent(teller, listeners, secret, kept)
+
+    items = keep_valid(task, answer, data["events"], build, "an event")
     dropped += [f"over the limit of {inputs['max_events']} events" for _ in items[inputs["max_events"]:]]
     return Extraction(tuple(items[:inputs["max_events"]]), tuple(dq), tuple(dropped))
 

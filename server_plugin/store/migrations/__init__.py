@@ -21,6 +21,7 @@ from .m003_search import m003_search
 from .m004_lore_and_context import m004_lore_and_context
 from .m005_episodes import m005_episodes
 from .m006_summary_counter import m006_summary_counter
+from .m007_job_costs import m007_job_costs
 
 
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
@@ -30,6 +31,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (4, m004_lore_and_context),
     (5, m005_episodes),
     (6, m006_summary_counter),
+    (7, m007_job_costs),
 ]
 
 

@@ -1,0 +1,133 @@
+"""What the model work costs: calls per 100 messages and model tokens read per transcript token.
+
+LoCoMo's 4 development conversations are posted, each as one chat, to a real sidecar process in
+`openai` mode whose model is the recording fake of tests/helpers (a real HTTP server on loopback).
+The fake answers every task with a small valid answer (so nothing is retried for its form), and
+records every prompt it was sent. When the queue is empty the bench prints, per task and in all:
+model calls, calls per 100 messages, prompt tokens (system + user, counted with our tokenizer)
+and **model tokens read per transcript token** (all prompt tokens of all jobs, instructions
+included, divided by the tokens of the transcript's messages).
+
+    HF_HUB_OFFLINE=1 OPENBLAS_NUM_THREADS=1 python bench/model_cost.py [--conversations 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import requests  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from locomo_proto import load  # noqa: E402
+from locomo_retrieval import DEFAULT_DATA, TOKEN, drain, free_port, ingest, stop, wait_ready  # noqa: E402
+
+from server_plugin.core.tokens import get_counter  # noqa: E402
+from tests.helpers.fakellm import FakeLLM  # noqa: E402
+
+# A marker of each task's system prompt, and a small answer its validator accepts.
+ANSWERS: list[tuple[str, str, dict[str, Any]]] = [
+    ("part_notes", "do several tasks with it", {}),
+    ("character_memories", "write the memories that characters keep", {"memories": []}),
+    ("scene_summaries", "split a stretch of a roleplay chat into scenes", {"scenes": []}),
+    ("told_events", "reveals one of the listed", {"events": []}),
+    ("session_summary", "finished session", {"full": "They talked.", "short": "They talked.",
+                                             "quotes": [], "open_threads": [], "resolved": []}),
+    ("chunk_summary", "summarise a stretch", {"summary": "They talked.", "quotes": []}),
+    ("merge_summaries", "merge consecutive summaries", {"summary": "They talked.", "keep_quotes": []}),
+    ("durable_memories", "file the few facts", {"memories": []}),
+    ("sheet_updates", "keep the character sheets", {"new": [], "updates": []}),
+]
+
+
+def task_of(body: dict[str, Any]) -> str:
+    system = body["messages"][0]["content"]
+    return next((name for name, marker, _ in ANSWERS if marker in system), "unknown")
+
+
+def part_answer(system: str) -> dict[str, Any]:
+    """A per-part call's answer: every section its prompt lists, each with its task's small answer."""
+    from server_plugin.jobs.tasks.parts import SECTIONS
+    keys = re.search(r"keys are the section names \(([^)]*)\)", system)
+    small = {name: answer for name, _, answer in ANSWERS}
+    return {k: small.get(SECTIONS[k].task.name, {}) for k in re.findall(r'"([a-z_]+)"', keys.group(1) if keys else "")}
+
+
+def respond(body: dict[str, Any]) -> str:
+    task = task_of(body)
+    if task == "part_notes":
+        return json.dumps(part_answer(body["messages"][0]["content"]))
+    return json.dumps(next((a for name, _, a in ANSWERS if name == task), {}))
+
+
+def start(data_dir: str, log_path: str, model_url: str) -> tuple[Any, str]:
+    import subprocess
+    port = free_port()
+    env = {**os.environ, "CHRONICLER_TOKEN": TOKEN, "CHRONICLER_LLM_MODE": "openai",
+           "CHRONICLER_LLM_URL": model_url, "CHRONICLER_LLM_MODEL": "fake",
+           "CHRONICLER_WORKER_ENABLED": "true", "CHRONICLER_JOBS_LIST_MAX": "100000",
+           "CHRONICLER_JOB_BACKOFF_BASE_SECONDS": "0", "CHRONICLER_LLM_BACKOFF_BASE": "0",
+           "PYTHONPATH": str(ROOT)}
+    log = open(log_path, "w")
+    proc = subprocess.Popen([sys.executable, "-m", "server_plugin.cli", "serve", "--port", str(port),
+                             "--data-dir", data_dir], env=env, cwd=ROOT, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    return proc, f"http://127.0.0.1:{port}/v1"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(DEFAULT_DATA))
+    parser.add_argument("--conversations", type=int, default=4)
+    args = parser.parse_args()
+    convs = load(Path(args.data))[: args.conversations]
+    counter = get_counter()
+    fake = FakeLLM().start()
+    fake.responder = respond
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, base = start(tmp, os.path.join(tmp, "sidecar.log"), fake.url)
+        try:
+            session = requests.Session()
+            session.headers["Authorization"] = f"Bearer {TOKEN}"
+            wait_ready(session, base, proc)
+            for conv in convs:
+                ingest(session, base, conv)
+            counts = drain(session, base)
+        finally:
+            stop(proc)
+    fake.stop()
+    messages = sum(len(c.turns) for c in convs)
+    transcript = sum(counter.count(t.text) for c in convs for t in c.turns)
+    calls: Counter[str] = Counter()
+    read: Counter[str] = Counter()
+    for body in fake.completions():
+        task = task_of(body)
+        calls[task] += 1
+        read[task] += sum(counter.count(m["content"]) for m in body["messages"])
+    print(f"{len(convs)} conversations, {messages} messages, {transcript} transcript tokens; "
+          f"jobs {counts}; {time.monotonic() - t0:.0f} s\n")
+    print("| task | calls | calls / 100 messages | prompt tokens | read / transcript token |")
+    print("| --- | --- | --- | --- | --- |")
+    for task, n in calls.most_common():
+        print(f"| {task} | {n} | {100 * n / messages:.1f} | {read[task]} | {read[task] / transcript:.2f} |")
+    total, tokens = sum(calls.values()), sum(read.values())
+    print(f"| **all** | {total} | {100 * total / messages:.1f} | {tokens} | **{tokens / transcript:.2f}** |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""One model job's calls: at most two tries, then the extractive fallback, and what it cost.
+
+A background job in `openai` mode streams its answer (`llm.OpenAICompatible.stream_full`: a slow
+model is timed out only for silence). The answer is read keeping what is right (`tasks/answers`).
+When it cannot be used, one retry tells the model in plain words what was wrong; a timeout
+counts as a try too, so a one-slot local server never gets the same long prompt a third time.
+After two tries the task's extractive fallback makes the result from the text itself, and the
+job's result says why (`Outcome.error`). A call that never reached the model (no connection,
+429, a server still loading) raises instead: the queue backs off and tries later.
+
+Costs are counted for every call: the API's `usage` when given, else our own token count.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..core.tokens import get_counter
+from .llm import Backend, Completion, LLMBadResponse, LLMUnavailable, OpenAICompatible
+from .tasks.answers import Report
+from .tasks.base import PromptParseError
+from .tasks.registry import task_of
+
+if TYPE_CHECKING:
+    from .tasks.base import Prompt
+
+TRIES = 2  # every model job: the first try and one retry, timeouts included
+
+
+@dataclass
+class Outcome:
+    """What a job's model work produced: the result, how (`answer`: first_try, retry, fallback,
+    extractive), the notes of the parse, a plain-words error when it fell back, and its cost."""
+
+    result: Any
+    answer: str
+    report: Report = field(default_factory=Report)
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+    model_ms: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        """The `model` part of a job's result."""
+        out: dict[str, Any] = {"answer": self.answer, "calls": self.calls, **self.report.to_dict()}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+def count_messages(messages: list[dict[str, Any]]) -> int:
+    """Our count of a prompt's tokens (its messages' text)."""
+    counter = get_counter()
+    return sum(counter.count(str(m.get("content") or "")) for m in messages)
+
+
+def _call(backend: Backend, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> Completion:
+    if isinstance(backend, OpenAICompatible):
+        return backend.stream_full(messages, **kwargs)
+    return Completion(backend.complete(messages, **kwargs), None, None, None)
+
+
+def _usage(completion: Completion, messages: list[dict[str, Any]]) -> tuple[int, int]:
+    usage = completion.usage or {}
+    prompt = int(usage.get("prompt_tokens") or 0) or count_messages(messages)
+    written = int(usage.get("completion_tokens") or 0) or get_counter().count(completion.text)
+    return prompt, written
+
+
+def _retry_messages(prompt: Prompt, answer: str, why: str) -> list[dict[str, Any]]:
+    """The prompt again, with the failed answer and what was wrong with it."""
+    return prompt.messages + [
+        {"role": "assistant", "content": answer[:2000]},
+        {"role": "user", "content": f"That answer could not be used: {why}. Answer again with only "
+                                    "the JSON object, in exactly the format asked for."}]
+
+
+def run_job_prompt(prompt: Prompt, backend: Backend | None, *, json_mode: str = "off",
+                   temperature: float = 0.0) -> Outcome:
+    """Run a job's prompt: the model (two tries at most) then the fallback; see the module docstring."""
+    task = task_of(prompt)
+    if backend is None:
+        return Outcome(task.fallback(prompt, None), "extractive")
+    kwargs = {"max_tokens": prompt.max_tokens, "temperature": temperature,
+              "response_format": prompt.response_format(json_mode)}
+    out = Outcome(None, "fallback")
+    messages, errors = prompt.messages, []
+    for n in range(1, TRIES + 1):
+        started = time.monotonic()
+        try:
+            completion = _call(backend, messages, kwargs)
+        except LLMUnavailable as e:
+            if not e.reached:
+                raise  # the model never got the prompt: the queue tries again later
+            out.calls += 1
+            out.prompt_tokens += count_messages(messages)
+            out.model_ms += int((time.monotonic() - started) * 1000)
+            errors.append(f"try {n}: {e}")
+            continue
+        except LLMBadResponse as e:
+            if not e.retryable:
+                raise
+            out.calls += 1
+            out.prompt_tokens += count_messages(messages)
+            errors.append(f"try {n}: {e}")
+            continue
+        out.calls += 1
+        out.model_ms += int((time.monotonic() - started) * 1000)
+        used, written = _usage(completion, messages)
+        out.prompt_tokens += used
+        out.completion_tokens += written
+        report = Report()
+        try:
+            out.result = task.parse_answer(prompt, completion.text, report)
+        except PromptParseError as e:
+            why = e.reason
+            if completion.finish_reason == "length":
+                why = f"the answer was cut off at {prompt.max_tokens} tokens, so {why}"
+            errors.append(f"try {n}: {why}")
+            messages = _retry_messages(prompt, completion.text, why)
+            continue
+        out.answer, out.report = ("first_try" if n == 1 else "retry"), report
+        if errors:
+            out.report.changed.insert(0, "the first answer could not be used (" + errors[0] + ")")
+        return out
+    out.result = task.fallback(prompt, None)
+    out.error = ("The model's answer could not be used after two tries, so this result was made "
+                 "from the text itself. " + " ".join(errors))[:2000]
+    return out
