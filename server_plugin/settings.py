@@ -212,6 +212,7 @@ SEARCH = [
     _s("search_date_tau_days", float, 7.0, "Date prior: decay scale in days beyond that.", 0.01),
     _s("search_query_person", str, "first_person", "Dense query: first_person (the first name becomes I/me/my) or strip (names removed).",
        choices=("first_person", "strip")),
+    _s("search_reanalyse_batch", int, 200, "Rows whose BM25 terms an older analyzer made, re-analysed per background write transaction.", 1),
     _s("search_rebuild_share", float, 0.1, "Rebuild the in-memory index in the background once this share of its rows are dead (edits, deletes).", 0.01),
 ]
 

@@ -461,6 +461,13 @@ def m006_summary_counter(conn: Connection) -> None:
     """)
 
 
+def m007_analyzer_version(conn: Connection) -> None:
+    """Which analyzer made each search row's BM25 terms. Rows written before this migration are
+    marked stale (0); the search index re-analyses them in the background with today's analyzer
+    (a migration never calls the analyzer, which may change after it)."""
+    run_script(conn, "ALTER TABLE docs ADD COLUMN analyzer INTEGER NOT NULL DEFAULT 0;")
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, m001_foundation),
     (2, m002_conversation),
@@ -468,6 +475,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (4, m004_lore_and_context),
     (5, m005_episodes),
     (6, m006_summary_counter),
+    (7, m007_analyzer_version),
 ]
 
 

@@ -10,31 +10,15 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterable, Mapping
 
-import snowballstemmer
-
-from ...core.text import BM25_STOP_WORDS, MONTHS, sentences
+from ...core.text import BM25_STOP_WORDS, MONTHS, analyzer_terms, analyzer_words, sentences
 
 # ---------------------------------------------------------------------------------------------
-# Text analysis (BM25 side)
-
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
-_POSSESSIVE = re.compile(r"['’]s$")
-_stemmer = snowballstemmer.stemmer("english")
-
-
-@lru_cache(maxsize=200_000)
-def stem(word: str) -> str:
-    """Snowball English stem of one lower-case word (cached: the vocabulary is small)."""
-    return _stemmer.stemWord(word)
+# Text analysis (BM25 side): the one analyzer of core/text, with stems and stop words.
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-case word tokens; a possessive 's is dropped and inner apostrophes removed."""
-    words = []
-    for match in _WORD.finditer(text.lower()):
-        word = _POSSESSIVE.sub("", match.group())
-        words.append(word.replace("'", "").replace("’", ""))
-    return [w for w in words if w]
+    """The analyzer's words (match form; bigrams for scripts without spaces), without stemming."""
+    return analyzer_words(text)
 
 
 def analyze(text: str, *, bigrams: bool = False) -> Counter[str]:
@@ -43,7 +27,7 @@ def analyze(text: str, *, bigrams: bool = False) -> Counter[str]:
     Bigrams join two consecutive content stems with "_" (stop words are skipped first, so
     "support group" and "support the group" share the bigram "support_group").
     """
-    stems = [stem(w) for w in tokenize(text) if w not in BM25_STOP_WORDS]
+    stems = analyzer_terms(text, stems=True, stop=BM25_STOP_WORDS)
     counts = Counter(stems)
     if bigrams:
         counts.update(f"{a}_{b}" for a, b in zip(stems, stems[1:]))
