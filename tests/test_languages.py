@@ -117,7 +117,7 @@ def first(api, query: str, chat_id: str) -> str:
 @pytest.mark.parametrize("question, answer", [("黑塔的宝藏藏在哪里？", "z3"), ("铁匠的锤子怎么了？", "z4"),
                                               ("公主种了什么树？", "z5"), ("商隊帶來了什麼？", "z6")])
 def test_search_on_a_chinese_chat_finds_the_right_message_first(api, question, answer):
-    """rule SW6: BM25 over bigrams finds the message (the last question is in Traditional script)."""
+    """rules LG1, SW6: BM25 over bigrams finds the message (the last question is in Traditional script)."""
     character(api, "kai", "Kai")
     post_chat(api, "zh", ZH)
     assert first(api, question, "zh").endswith(answer)
@@ -126,7 +126,7 @@ def test_search_on_a_chinese_chat_finds_the_right_message_first(api, question, a
 @pytest.mark.parametrize("question, answer", [("흑탑의 보물은 어디에?", "k3"), ("대장장이의 망치는 어떻게 됐어?", "k4"),
                                               ("공주가 심은 나무는?", "k5"), ("상단이 가져온 것은?", "k6")])
 def test_search_on_a_korean_chat_finds_the_right_message_first(api, question, answer):
-    """rule SW6: particles attached to nouns do not hide them (흑탑의 / 흑탑에)."""
+    """rules LG1, SW6: particles attached to nouns do not hide them (흑탑의 / 흑탑에)."""
     character(api, "kai", "Kai")
     post_chat(api, "ko", KO)
     assert first(api, question, "ko").endswith(answer)

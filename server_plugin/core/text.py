@@ -90,9 +90,17 @@ def content_words(text: str, stop: frozenset[str], ignore: Iterable[str] = ()) -
 # - `sentence_ends`: where a line may be cut short at a sentence end (any . ! ? … before
 #   whitespace); positions, not pieces, because the caller cuts the text it already holds.
 
-_SEARCH_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
-_ROLEPLAY_SENTENCE_END = re.compile(r"(?<=[.!?…])[*_)\]]*\s+(?=[^a-z])|\s*\n+\s*")
-_SENTENCE_END = re.compile(r"(?<=[.!?…])\s")
+# Every rule also ends a sentence at the Devanagari danda (। ॥) and the Arabic full stop and
+# question mark (۔ ؟) before whitespace, and at the CJK full stops 。！？ with or without a space
+# after them (Chinese and Japanese put none), after any closing quote or bracket (。」 ends there).
+_STOPS = ".!?।॥۔؟"
+_CJK_STOPS = "。！？"
+_CLOSERS = r"」』”’）)］\]"
+_CJK_END = (rf"(?<=[{_CJK_STOPS}])(?![{_CLOSERS}{_CJK_STOPS}])\s*(?=\S)"
+            rf"|(?<=[{_CJK_STOPS}][{_CLOSERS}])(?![{_CLOSERS}])\s*(?=\S)")
+_SEARCH_SENTENCE_END = regex.compile(rf"(?<=[{_STOPS}])\s+(?=\S)|{_CJK_END}")
+_ROLEPLAY_SENTENCE_END = regex.compile(rf"(?<=[{_STOPS}…])[*_)\]]*\s+(?=[^a-z])|\s*\n+\s*|{_CJK_END}")
+_SENTENCE_END = regex.compile(rf"(?<=[{_STOPS}…])\s|{_CJK_END}")
 
 
 def sentences(text: str, min_chars: int = 12) -> list[str]:
@@ -118,7 +126,8 @@ def roleplay_sentences(text: str) -> list[str]:
 
 
 def sentence_ends(text: str) -> list[int]:
-    """The offsets in `text` of the whitespace that follows each . ! ? or …, in order."""
+    """The offsets in `text` of the whitespace that follows each . ! ? … । ۔ ؟ (or of the character
+    after 。！？ and their closing quote), in order."""
     return [m.start() for m in _SENTENCE_END.finditer(text)]
 
 
