@@ -88,8 +88,8 @@ def wait_ready(session: requests.Session, base: str, proc: subprocess.Popen) -> 
             health = session.get(f"{base}/health", timeout=2).json()
             if health["embedder"]["ready"] and health.get("search", {}).get("ready", True):
                 return
-        except (requests.ConnectionError, ValueError):
-            pass
+        except (requests.ConnectionError, requests.Timeout, ValueError):
+            pass  # starting, or a busy machine answering slowly: ask again
         time.sleep(0.2)
     raise SystemExit("the sidecar did not become ready within 300 s")
 

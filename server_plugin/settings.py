@@ -179,6 +179,7 @@ CONTEXT = [
     _s("context_required_percent", int, 70, "Share of the context the Required items may take before they are cut (QS3).", 1),
     _s("context_cards_percent", int, 25, "Share of the dynamic budget for triggered story cards (QS4).", 0),
     _s("context_history_percent", int, 50, "Share of the dynamic budget for history when the memory bank is on (QS4).", 0),
+    _s("card_regex_timeout_ms", int, 20, "Longest time one search of a /regex/ story-card trigger may take in one text; past it the trigger does not fire.", 1),
     _s("card_scan_min_actions", int, 4, "Latest actions always scanned for story-card triggers (QS6).", 1),
     _s("card_scan_tokens_per_action", int, 100, "Above the threshold, one more scanned action per this many card tokens (QS6).", 1),
     _s("card_scan_threshold_tokens", int, 500, "Card tokens above which the scan window grows (QS6).", 0),
@@ -216,6 +217,7 @@ SEARCH = [
     _s("search_date_tau_days", float, 7.0, "Date prior: decay scale in days beyond that.", 0.01),
     _s("search_query_person", str, "first_person", "Dense query: first_person (the first name becomes I/me/my) or strip (names removed).",
        choices=("first_person", "strip")),
+    _s("search_reanalyse_batch", int, 200, "Rows whose BM25 terms an older analyzer made, re-analysed per background write transaction.", 1),
     _s("search_rebuild_share", float, 0.1, "Rebuild the in-memory index in the background once this share of its rows are dead (edits, deletes).", 0.01),
 ]
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from server_plugin.core.tokens import get_counter
-from server_plugin.core.triggers import ScanWindow, TriggerIndex
+from server_plugin.core.triggers import WHOLE_WORDS, Match, ScanWindow, TriggerIndex
 from tests.helpers import world
 from tests.helpers.api import expect_error, expect_ok
 
@@ -470,17 +470,20 @@ def test_sw2_story_summary_is_read_again_whenever_a_summary_changes(api, service
 
 # --- speed helpers must not change results --------------------------------------------------------
 
-WORDY = st.text(alphabet=st.sampled_from(list("ab c-+!?\n")), max_size=12)
+WORDY = st.text(alphabet=st.sampled_from(list("ab c-+!?\nA雪塔흑/")), max_size=12)
+MATCHES = st.builds(Match, st.sampled_from(WHOLE_WORDS), st.booleans())
 
 
 @settings(max_examples=300, deadline=None)
-@given(cards=st.lists(st.lists(WORDY, max_size=3), max_size=8), texts=st.lists(WORDY, max_size=5))
+@given(cards=st.lists(st.tuples(st.lists(WORDY, max_size=3), MATCHES), max_size=8),
+       texts=st.lists(WORDY, max_size=5))
 def test_qs6_card_prefilter_is_a_superset_of_what_fires(cards, texts):
     """rule QS6: the trigger index may only spare cards that cannot fire; every card whose
-    trigger occurs (ScanWindow, the exact rule) is among the candidates."""
-    index = TriggerIndex((f"k{i}", triggers) for i, triggers in enumerate(cards))
+    trigger occurs (ScanWindow, the exact rule, in any whole-words mode and case) is among the
+    candidates."""
+    index = TriggerIndex((f"k{i}", triggers, match) for i, (triggers, match) in enumerate(cards))
     window = ScanWindow(texts)
-    fired = {f"k{i}" for i, triggers in enumerate(cards) if window.hits(triggers)}
+    fired = {f"k{i}" for i, (triggers, match) in enumerate(cards) if window.hits(triggers, match)}
     assert fired <= index.candidates(texts)
 
 
@@ -602,3 +605,24 @@ def test_qs8_fusion_puts_an_item_both_lists_rank_high_first(services):
     fused = memory_bank(services, None, unpinned, found)
     assert [i.id for i in fused] == ["y", "x", "message:m1"]
     assert [i.id for i in memory_bank(services, None, unpinned)] == ["x", "y"]
+
+
+# --- chats in scripts without spaces ----------------------------------------------------------------
+
+def test_qs5_sw1_a_chinese_chats_context_holds_its_triggered_card_and_named_characters_sheet(api):
+    """rules LG1, QS5, SW1: a story card triggered by 黑塔 inside a Chinese sentence is in the context,
+    and so is the sheet of a character named 林月 in it; a Korean name with a particle too."""
+    character(api, "kai.png", "凯")
+    character(api, "lin.png", "林月", personality="冷静的剑士。")
+    character(api, "seo.png", "서연", personality="조용한 궁수.")
+    chat(api, members=["kai.png"])
+    tower = card(api, "黑塔", ["黑塔"], text="黑塔是古代法师的遗迹，塔顶藏着宝藏。")
+    card(api, "白塔", ["白塔"], text="白塔在南方。")
+    out = turn(api, speaker="kai.png", text="林月说：我们明天去黑塔看看吧。")
+    assert "黑塔是古代法师的遗迹" in block(out, "story_cards")
+    assert "白塔在南方" not in block(out, "story_cards")
+    assert tower in ids(section(out, "story_cards")["included"])
+    assert out["report"]["present"].get("lin.png") == "mentioned"
+    assert "冷静的剑士" in block(out, "character_sheets")
+    out = turn(api, speaker="kai.png", text="서연이가 흑탑으로 갔다.")
+    assert out["report"]["present"].get("seo.png") == "mentioned"

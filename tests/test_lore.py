@@ -149,8 +149,9 @@ def test_wi_import_maps_keys_content_comment_constant_disable(api, services):
     assert by_title["Rule of the world"]["always"] is True
     assert by_title["Old glade"]["enabled"] is False
     fangs = by_title["Shadowfangs"]
-    assert fangs["triggers"] == ["shadowfang"]  # the regex key is not a trigger...
-    assert fangs["metadata"]["sillytavern"]["regex_keys"] == ["/shadow ?fangs?/i"]  # ...but kept
+    assert fangs["triggers"] == ["shadowfang", "/shadow ?fangs?/i"]  # a regex key is a trigger
+    assert "regex_keys" not in fangs["metadata"]["sillytavern"]
+    assert fangs["metadata"]["matching"] == {"whole_words": "auto", "case_sensitive": True}
     assert fangs["metadata"]["sillytavern"]["keysecondary"] == ["wolf"]
     assert fangs["metadata"]["sillytavern"]["probability"] == 40
     assert services.db.reader().execute(
@@ -165,14 +166,14 @@ def test_wi_import_reports_what_was_not_mapped_per_entry(api):
     report = {e["ref"]: e for e in out["report"]["entries"]}
     assert report["0"]["status"] == "imported" and report["0"]["not_mapped"] == []
     lost = {n["field"]: n for n in report["1"]["not_mapped"]}
-    assert set(lost) == {"key", "keysecondary", "selectiveLogic", "probability", "position", "depth",
-                         "group", "caseSensitive"}
+    assert set(lost) == {"keysecondary", "selectiveLogic", "probability", "position", "depth", "group"}
     assert lost["selectiveLogic"]["value"] == 2 and "NOT ANY" in lost["selectiveLogic"]["note"]
-    assert lost["key"]["value"] == '["/shadow ?fangs?/i"]'
     assert "in the chat at a depth" in lost["position"]["note"]
     assert report["2"]["not_mapped"] == []  # constant with no keys: fine, it is 'always'
     assert report["4"] == {"ref": "4", "title": "Nothing here", "status": "skipped",
-                           "reason": "empty_text", "id": None, "not_mapped": []}
+                           "reason": "empty_text", "id": None, "not_mapped": [],
+                           "mapped": report["4"]["mapped"]}
+    assert [m["field"] for m in report["4"]["mapped"]] == ["matchWholeWords"]
     ids = {e["id"] for e in out["lore"]}
     assert {report[r]["id"] for r in "0123"} == ids
     assert any("whole words" in n for n in out["report"]["notes"])
@@ -222,3 +223,31 @@ def test_wi_import_rejects_what_is_not_world_info(api):
     expect_error(api.post("/v1/lore/import", json={"world_info": {"name": "x"}}), 400, "invalid_request")
     expect_error(api.post("/v1/lore/import", json={"world_info": {"entries": {"0": "text"}}}),
                  422, "invalid_world_info")
+
+
+def test_wi_import_maps_match_whole_words_true_false_and_null_and_says_what_null_became(api):
+    """rules SW7, LG1: matchWholeWords true -> "on", false -> "off", null (SillyTavern's
+    global setting) -> the automatic rule, which the report names; the cards then fire so in a
+    context call ("turm" off fires inside a German compound; on/auto do not)."""
+    doc = {"entries": {
+        "0": st_entry(0, key=["turm"], comment="on", content="Card on.", matchWholeWords=True),
+        "1": st_entry(1, key=["turm"], comment="off", content="Card off.", matchWholeWords=False),
+        "2": st_entry(2, key=["turm"], comment="auto", content="Card auto.", matchWholeWords=None),
+        "3": st_entry(3, key=["黑塔"], comment="tower", content="Card tower.", matchWholeWords=None),
+    }}
+    out = expect_ok(api.post("/v1/lore/import", json={"world_info": doc}), 201, "lore_import.response")
+    modes = {e["title"]: e["metadata"]["matching"]["whole_words"] for e in out["lore"]}
+    assert modes == {"on": "on", "off": "off", "auto": "auto", "tower": "auto"}
+    report = {e["title"]: e for e in out["report"]["entries"]}
+    assert report["on"]["mapped"] == [] and report["off"]["mapped"] == []
+    assert [m["field"] for m in report["auto"]["mapped"]] == ["matchWholeWords"]
+    assert "automatic" in report["auto"]["mapped"][0]["note"]
+    assert all(n["field"] != "matchWholeWords" for n in report["auto"]["not_mapped"])
+    expect_ok(api.put("/v1/characters/kai", json={"name": "Kai"}), 201)
+    expect_ok(api.put("/v1/chats/c", json={"member_ids": ["kai"]}), 201)
+    body = {"chat_id": "c", "speaker_id": "kai", "context_tokens": 4000,
+            "last_action": {"text": "Wir gehen zur Schwarzturmstraße und dann zum 黑塔看看。"}}
+    ctx = expect_ok(api.post("/v1/context", json=body), 200, "context.response")
+    cards = "".join(b["text"] for b in ctx["blocks"] if b["section"] == "story_cards")
+    assert "Card off." in cards and "Card tower." in cards
+    assert "Card on." not in cards and "Card auto." not in cards

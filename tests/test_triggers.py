@@ -2,11 +2,13 @@
 
 import re
 
+import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server_plugin.core.assemble import LastAction, Message, scan_texts
-from server_plugin.core.triggers import CastMember, ScanWindow, normalize, present_characters
+from server_plugin.core.text import script_without_spaces
+from server_plugin.core.triggers import CastMember, Match, ScanWindow, normalize, present_characters
 from server_plugin.core.triggers import scan_window_size as scan_window_with
 from server_plugin.settings import defaults
 
@@ -149,10 +151,88 @@ TEXTS = st.lists(PIECES, max_size=12).map("".join)
 @settings(max_examples=400, deadline=None)
 @given(trigger=TEXTS, texts=st.lists(TEXTS, max_size=5))
 def test_qs5_word_index_matches_the_whole_word_rule(trigger, texts):
-    """rule QS5: the one-word shortcut gives the same answer as the regex rule, for any text."""
+    """rule QS5: the one-word shortcut gives the same answer as the plain rule, for any text: a
+    trigger's edge in a script with spaces must not touch a word character (letter, mark, digit,
+    underscore of any script); an edge in a script without spaces ("雪") is not checked, unless
+    whole words are "on"."""
     needle = normalize(trigger)
-    expected = None
-    if needle:
-        pattern = re.compile(r"(?<!\w)" + re.escape(needle) + r"(?!\w)")
-        expected = next((i for i, t in enumerate(texts) if pattern.search(normalize(t))), None)
-    assert ScanWindow(texts).first_hit(trigger) == expected
+    for mode in ("auto", "on"):
+        expected = None
+        if needle:
+            left = mode == "on" or not script_without_spaces(needle[0])
+            right = mode == "on" or not script_without_spaces(needle[-1])
+            pattern = regex.compile((r"(?<![\p{L}\p{M}\p{N}_])" if left else "") + regex.escape(needle)
+                                    + (r"(?![\p{L}\p{M}\p{N}_])" if right else ""))
+            expected = next((i for i, t in enumerate(texts) if pattern.search(normalize(t))), None)
+        assert ScanWindow(texts).first_hit(trigger, Match(mode)) == expected, mode
+
+
+# --- every script: whole words where words have spaces, substrings where they do not -------------
+
+def fires_with(trigger: str, text: str, whole_words: str = "auto", case_sensitive: bool = False) -> bool:
+    return ScanWindow([text]).first_hit(trigger, Match(whole_words, case_sensitive)) == 0
+
+
+def test_qs5_chinese_and_japanese_triggers_match_inside_sentences_unless_whole_words_are_on():
+    """rules LG1, QS5: Chinese and Japanese have no spaces; automatic matching finds the trigger inside
+    the sentence, "on" asks it to stand alone, "off" is a substring everywhere."""
+    assert fires_with("黑塔", "我们明天去黑塔看看吧")
+    assert fires_with("黑塔", "我們明天去黑塔看看吧")  # Traditional 們 in the text, folded
+    assert fires_with("黑塔", "我们明天去黑塔看看吧", "off")
+    assert not fires_with("黑塔", "我们明天去黑塔看看吧", "on")
+    assert fires_with("黑塔", "黑塔。", "on")
+    assert fires_with("魔女", "あの魔女が森に住んでいる")
+    assert fires_with("カタカナ", "ｶﾀｶﾅで書いた")  # half-width Katakana folds to full width
+    assert not fires_with("白塔", "我们明天去黑塔看看吧")
+
+
+def test_qs5_korean_triggers_match_with_particles_attached():
+    """rules LG1, QS5: Korean spaces words but attaches particles: 흑탑 fires on 흑탑이 and 흑탑에서."""
+    assert fires_with("흑탑", "저기 흑탑이 보인다")
+    assert fires_with("흑탑", "흑탑에서 만나자")
+    assert not fires_with("흑탑", "흑탑이 보인다", "on")
+    assert not fires_with("백탑", "흑탑이 보인다")
+
+
+def test_qs5_russian_and_german_triggers_are_whole_words_with_unicode_boundaries():
+    """rules LG1, QS5: "кот" does not fire inside "скотина" (SillyTavern's ASCII \\W would let it); a
+    German compound holds its parts only as substrings ("off")."""
+    assert fires_with("кот", "Кот спит на печи")
+    assert not fires_with("кот", "Эта скотина опять сбежала")
+    assert fires_with("кот", "Эта скотина опять сбежала", "off")
+    assert not fires_with("Turm", "Wir gehen zur Schwarzturmstraße")
+    assert fires_with("Turm", "Wir gehen zur Schwarzturmstraße", "off")
+    assert fires_with("schwarze Turm", "Der SCHWARZE  Turm steht dort")  # case and spaces folded
+    assert fires_with("straße", "die STRASSE")
+    assert not fires_with("हिन्द", "हिन्दी भाषा")  # a vowel sign is part of the word
+
+
+def test_qs5_case_sensitive_cards_keep_case_and_still_fold_width():
+    """rules LG1, QS5: `caseSensitive` from World Info: "Rose" the name, not "rose" the flower."""
+    assert fires_with("Rose", "Rose smiled", case_sensitive=True)
+    assert not fires_with("Rose", "a red rose", case_sensitive=True)
+    assert fires_with("Rose", "a red rose")
+    assert fires_with("Rose", "Ｒｏｓｅ smiled", case_sensitive=True)
+
+
+def test_qs5_regex_triggers_fire_and_a_runaway_pattern_is_stopped_in_time():
+    """rules LG1, QS5: `/pattern/flags` triggers (World Info's regex keys); a catastrophic pattern on a
+    long text runs out of its time bound and does not fire instead of hanging the turn."""
+    assert fires_with("/shadow ?fangs?/i", "The SHADOW FANGS attack")
+    assert not fires_with("/shadow ?fangs?/", "The SHADOW FANGS attack")
+    assert not fires_with("/[unclosed/", "[unclosed")  # does not compile: never fires
+    window = ScanWindow(["a" * 40 + "!"], regex_seconds=0.05)
+    import time
+    started = time.monotonic()
+    assert window.first_hit("/(a+)+$b/") is None
+    assert time.monotonic() - started < 2.0
+
+
+def test_sw1_characters_named_in_chinese_and_korean_are_present():
+    """rules LG1, SW1: a name in a script without spaces is found inside the sentence, with particles."""
+    cast = [CastMember("lin", "林月"), CastMember("seo", "서연", ("서연이",)), CastMember("olga", "Ольга")]
+    assert present_characters(cast, ["林月说我们明天去黑塔。"]) == {"lin": "mentioned"}
+    assert present_characters(cast, ["서연이가 웃었다."]) == {"seo": "mentioned"}
+    assert present_characters(cast, ["서연은 웃었다."]) == {"seo": "mentioned"}
+    assert present_characters(cast, ["Ольга пришла."]) == {"olga": "mentioned"}
+    assert present_characters(cast, ["月亮很亮。"]) == {}

@@ -2,8 +2,9 @@
 
 Every room asks this module for a concept (`fold`, `content_words`, `sentences`, a stop-word set,
 `MONTHS`) instead of keeping a regex of its own, so that the rules live once and can grow here:
-today they are written for English and other scripts separated by spaces; this is where words of
-scripts without spaces (Chinese, Japanese, Korean bigrams) will be added for every caller at once.
+words of scripts separated by spaces, and character bigrams of the scripts written without them
+(Chinese, Japanese, Korean, Thai, Lao, Khmer, Burmese): `analyzer_terms` for search and
+`match_form` / `script_without_spaces` for triggers and names (section "words of every script").
 
 Where two rooms read text differently on purpose (the stop-word sets, the sentence splitters),
 each rule has its own name below and says what it is for. Their outputs are stored (search terms,
@@ -14,7 +15,12 @@ with everything that depends on it.
 from __future__ import annotations
 
 import re
+import unicodedata
+from functools import lru_cache
 from typing import Iterable
+
+import regex
+import snowballstemmer
 
 # --- folding ------------------------------------------------------------------------------------
 
@@ -84,9 +90,17 @@ def content_words(text: str, stop: frozenset[str], ignore: Iterable[str] = ()) -
 # - `sentence_ends`: where a line may be cut short at a sentence end (any . ! ? … before
 #   whitespace); positions, not pieces, because the caller cuts the text it already holds.
 
-_SEARCH_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
-_ROLEPLAY_SENTENCE_END = re.compile(r"(?<=[.!?…])[*_)\]]*\s+(?=[^a-z])|\s*\n+\s*")
-_SENTENCE_END = re.compile(r"(?<=[.!?…])\s")
+# Every rule also ends a sentence at the Devanagari danda (। ॥) and the Arabic full stop and
+# question mark (۔ ؟) before whitespace, and at the CJK full stops 。！？ with or without a space
+# after them (Chinese and Japanese put none), after any closing quote or bracket (。」 ends there).
+_STOPS = ".!?।॥۔؟"
+_CJK_STOPS = "。！？"
+_CLOSERS = r"」』”’）)］\]"
+_CJK_END = (rf"(?<=[{_CJK_STOPS}])(?![{_CLOSERS}{_CJK_STOPS}])\s*(?=\S)"
+            rf"|(?<=[{_CJK_STOPS}][{_CLOSERS}])(?![{_CLOSERS}])\s*(?=\S)")
+_SEARCH_SENTENCE_END = regex.compile(rf"(?<=[{_STOPS}])\s+(?=\S)|{_CJK_END}")
+_ROLEPLAY_SENTENCE_END = regex.compile(rf"(?<=[{_STOPS}…])[*_)\]]*\s+(?=[^a-z])|\s*\n+\s*|{_CJK_END}")
+_SENTENCE_END = regex.compile(rf"(?<=[{_STOPS}…])\s|{_CJK_END}")
 
 
 def sentences(text: str, min_chars: int = 12) -> list[str]:
@@ -112,7 +126,8 @@ def roleplay_sentences(text: str) -> list[str]:
 
 
 def sentence_ends(text: str) -> list[int]:
-    """The offsets in `text` of the whitespace that follows each . ! ? or …, in order."""
+    """The offsets in `text` of the whitespace that follows each . ! ? … । ۔ ؟ (or of the character
+    after 。！？ and their closing quote), in order."""
     return [m.start() for m in _SENTENCE_END.finditer(text)]
 
 
@@ -120,3 +135,137 @@ def sentence_ends(text: str) -> list[int]:
 
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
           "October", "November", "December")  # English, in calendar order: MONTHS[0] is January
+
+
+# --- words of every script ----------------------------------------------------------------------
+# One analyzer for every user of words. Texts are first brought to a match form: NFKC (full-width
+# Latin "ＡＢＣ" is "ABC", half-width Katakana "ｶﾀｶﾅ" is "カタカナ"), casefolded, and Traditional
+# Chinese written as Simplified (OpenCC's table, when the package is installed), so "黑塔" and a
+# Traditional "黑塔" or "ＢＬＡＣＫ" and "black" are one word. Then:
+# - scripts written with spaces (Latin, Cyrillic, Greek, Arabic, Devanagari, ...) give words:
+#   letters, marks and digits, inner apostrophes joined ("don't" -> "dont"), a possessive 's dropped;
+# - scripts written without spaces give overlapping bigrams of their runs: Han with Hiragana and
+#   Katakana (one run: Japanese mixes them inside a word), Hangul (Korean has spaces, but particles
+#   stick to the noun: "흑탑이" holds the bigram "흑탑"), and Thai, Lao, Khmer and Burmese, whose
+#   bigrams are of grapheme clusters (a consonant with its vowel and tone marks), not code points.
+#   A run of one character is its own unigram. A dictionary segmenter (e.g. a Thai word list) would
+#   give real words instead: fewer false bigram matches across word edges and better BM25 weights,
+#   at the cost of a dictionary per language.
+# Users choose what they need: BM25 drops stop words and stems (Snowball: English for Latin script,
+# as the ranking was tuned; Russian, Greek, Arabic and Hindi stemmers for their scripts); trigger
+# and name matching use `match_form` and `script_without_spaces` without any stemming.
+
+ANALYZER_VERSION = 2
+"""Stored with every row's BM25 terms: rows of an older version are re-analysed in the background.
+(1: English-only words; 2: every script as above.)"""
+
+try:  # Traditional -> Simplified; without the package Chinese still works, unfolded.
+    import opencc as _opencc
+
+    _T2S = _opencc.OpenCC("t2s")
+except Exception:  # pragma: no cover - the package is a dependency; a broken install degrades
+    _T2S = None
+
+_NO_SPACE_CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\u30fc\u3005-\u3007"  # ー and 々〆〇 are "Common"
+_NO_SPACE_SCRIPTS = (_NO_SPACE_CJK, r"\p{Hangul}", r"\p{Thai}", r"\p{Lao}", r"\p{Khmer}", r"\p{Myanmar}")
+_NO_SPACE_ANY = "".join(_NO_SPACE_SCRIPTS)
+_HAN = regex.compile(r"[\p{Han}]")
+_WORD_START = rf"[[\p{{L}}\p{{N}}]--[{_NO_SPACE_ANY}]]"  # a mark alone (U+FE0F after an emoji) is no word
+_WORD_CHAR = rf"[[\p{{L}}\p{{M}}\p{{N}}]--[{_NO_SPACE_ANY}]]"
+_WORD_PART = rf"{_WORD_START}{_WORD_CHAR}*"
+_TOKEN = regex.compile(
+    "|".join(f"(?P<r{i}>[{chars}]+)" for i, chars in enumerate(_NO_SPACE_SCRIPTS))
+    + rf"|(?P<word>{_WORD_PART}(?:['’]{_WORD_PART})*)",
+    regex.V1,
+)
+_GRAPHEME_RUNS = {"r2", "r3", "r4", "r5"}  # Thai, Lao, Khmer, Burmese: marks stay with their base
+_GRAPHEME = regex.compile(r"\P{M}\p{M}*")  # a base with its marks (\\X leaves Burmese ာ alone)
+_NO_SPACE_CHAR = regex.compile(f"[{_NO_SPACE_ANY}]", regex.V1)
+_STEMMER_BY_SCRIPT = (
+    (regex.compile(r"\p{Cyrillic}"), "russian"),
+    (regex.compile(r"\p{Greek}"), "greek"),
+    (regex.compile(r"\p{Arabic}"), "arabic"),
+    (regex.compile(r"\p{Devanagari}"), "hindi"),
+)
+_STEMMERS = {name: snowballstemmer.stemmer(name) for name in ("english", "russian", "greek", "arabic", "hindi")}
+_ASCII_WORD = re.compile(r"[a-z0-9]+")
+
+
+@lru_cache(maxsize=8192)
+def match_form(text: str) -> str:
+    """`text` as words are compared: NFKC, casefolded, Traditional Chinese as Simplified. Lengths
+    may change (NFKC "ﬁ" -> "fi"), so use it to test, not to cut the original."""
+    return fold_width(text).casefold()
+
+
+def fold_width(text: str) -> str:
+    """NFKC and Traditional -> Simplified Chinese, without casefolding (for case-sensitive triggers)."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+        if _T2S is not None and _HAN.search(text):
+            text = _T2S.convert(text)
+    return text
+
+
+def script_without_spaces(text: str) -> bool:
+    """True when `text` holds a character of a script written without spaces between words (Han,
+    Kana, Hangul, Thai, Lao, Khmer, Burmese): such a trigger or name matches inside words."""
+    return bool(_NO_SPACE_CHAR.search(text))
+
+
+def _bigrams(run: str, graphemes: bool) -> list[str]:
+    units = _GRAPHEME.findall(run) if graphemes else list(run)
+    if len(units) == 1:
+        return units
+    return [a + b for a, b in zip(units, units[1:])]
+
+
+def analyzer_words(text: str) -> list[str]:
+    """The words of `text` in match form, in order: words of spaced scripts (apostrophes removed,
+    possessive 's dropped) and bigrams (unigrams for one-character runs) of scripts without spaces."""
+    folded = match_form(text) if len(text) < 512 else fold_width(text).casefold()
+    out: list[str] = []
+    for m in _TOKEN.finditer(folded):
+        kind = m.lastgroup
+        if kind == "word":
+            word = m.group()
+            if word.endswith(("'s", "’s")):
+                word = word[:-2]
+            word = word.replace("'", "").replace("’", "")
+            if word:
+                out.append(word)
+        else:
+            out.extend(_bigrams(m.group(), kind in _GRAPHEME_RUNS))
+    return out
+
+
+@lru_cache(maxsize=200_000)
+def stem(word: str) -> str:
+    """The Snowball stem of one analysed word, by its script (cached: the vocabulary is small).
+    Bigrams of scripts without spaces and words of scripts without a stemmer stay as they are."""
+    if _ASCII_WORD.fullmatch(word) or word.isascii():
+        return _STEMMERS["english"].stemWord(word)
+    if _NO_SPACE_CHAR.search(word):
+        return word
+    for pattern, name in _STEMMER_BY_SCRIPT:
+        if pattern.search(word):
+            return _STEMMERS[name].stemWord(word)
+    if regex.fullmatch(r"[\p{Latin}\p{N}]+", word):
+        return _STEMMERS["english"].stemWord(word)
+    return word
+
+
+def analyzer_terms(text: str, *, stems: bool = True, stop: frozenset[str] = frozenset()) -> list[str]:
+    """Terms of `text` for an index: `analyzer_words` without the words in `stop`, each stemmed
+    when `stems` (BM25: stems and BM25_STOP_WORDS; exact matchers: neither)."""
+    words = [w for w in analyzer_words(text) if w not in stop]
+    return [stem(w) for w in words] if stems else words
+
+
+def share_without_spaces(text: str) -> float:
+    """The share of `text`'s analysed words that are bigrams of scripts without spaces (0 for an
+    English sentence, 1 for a Chinese one): how much of it an English-only embedder cannot read."""
+    found = analyzer_words(text)
+    if not found:
+        return 0.0
+    return sum(1 for w in found if _NO_SPACE_CHAR.search(w)) / len(found)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from ..core.text import MONTHS
+from ..core.text import ANALYZER_VERSION, MONTHS
 from ..errors import Unprocessable
 from ..hooks import Hooks
 from ..store.db import Connection, Database, dumps, loads
@@ -144,7 +144,7 @@ def derive(text: str, speaker_name: str | None, created_at: str | None) -> dict[
     bm25_text = text if not speaker_name else f"[{day_label(created_at)}] {speaker_name}: {text}"
     return {"terms": json.dumps(ranking.analyze(bm25_text), separators=(",", ":")),
             "content_len": sum(ranking.analyze(text).values()),
-            "cues": ranking.temporal_cues(text)}
+            "cues": ranking.temporal_cues(text), "analyzer": ANALYZER_VERSION}
 
 
 def _bump(conn: Connection) -> int:
@@ -228,8 +228,9 @@ def update_meta(conn: Connection, kind: str, ref_id: str, **fields: Any) -> None
             key, value = "sources", None if value is None else dumps(list(dict.fromkeys(value)))
         values[key] = value
     if "speaker_name" in fields or "created_at" in fields:
-        values["terms"] = derive(row["text"], fields.get("speaker_name", row["speaker_name"]),
-                                 fields.get("created_at", row["created_at"]))["terms"]
+        derived = derive(row["text"], fields.get("speaker_name", row["speaker_name"]),
+                         fields.get("created_at", row["created_at"]))
+        values["terms"], values["analyzer"] = derived["terms"], derived["analyzer"]
     values["rev"] = _bump(conn)
     conn.execute(f"UPDATE docs SET {', '.join(f'{k}=?' for k in values)} WHERE id=?",
                  (*values.values(), row["id"]))
@@ -394,6 +395,25 @@ def analyse_pending(db: Database) -> int:
             values = {**derive(r[2], r[4], r[3]), "rev": _bump(conn)}
             conn.execute(f"UPDATE docs SET {', '.join(f'{k}=?' for k in values)} WHERE id=?",
                          (*values.values(), r[0]))
+    return len(rows)
+
+
+def count_stale_terms(conn: Connection) -> int:
+    """How many rows still wait for today's analyzer (a migration marked them stale)."""
+    return conn.execute("SELECT count(*) FROM docs WHERE analyzer != ?", (ANALYZER_VERSION,)).fetchone()[0]
+
+
+def reanalyse(db: Database, limit: int) -> int:
+    """Today's BM25 terms, length and cues for up to `limit` rows an older analyzer made, in one
+    write transaction, each row a new revision (so the live index replaces it as it does any
+    change); returns how many (0: none is left)."""
+    with db.write() as conn:
+        rows = conn.execute("SELECT id, text, created_at, speaker_name FROM docs WHERE analyzer != ? LIMIT ?",
+                            (ANALYZER_VERSION, limit)).fetchall()
+        for r in rows:
+            values = {**derive(r["text"], r["speaker_name"], r["created_at"]), "rev": _bump(conn)}
+            conn.execute(f"UPDATE docs SET {', '.join(f'{k}=?' for k in values)} WHERE id=?",
+                         (*values.values(), r["id"]))
     return len(rows)
 
 

@@ -78,6 +78,9 @@ class Embedder:
         self.threads = max(1, threads)
         self.model_name = os.path.basename(model_path.rstrip("/")) if model_path else PACKAGED_MODEL_NAME
         self.dim = dim
+        # all-MiniLM-L6-v2 is English: its vectors of Chinese, Japanese or Korean text are noise
+        # (search weighs its cosine by the share of a query in scripts with spaces).
+        self.reads_every_script = False
         self.error: str | None = None
         self.load_seconds: float | None = None
         self._model: Any = None

@@ -363,6 +363,7 @@ class SearchState:
         self.build_seconds: float | None = None
         self.thread: threading.Thread | None = None
         self.stopping = False
+        self.analysed = False  # set once no row waits for today's analyzer (reanalyse)
 
     # -- keeping current -------------------------------------------------------------------------
     def _weights(self) -> tuple[float, float]:
@@ -420,6 +421,20 @@ class SearchState:
             self._prune_gone(fresh.rev)
         if self.live is not None and self.live.stale_cast:
             self.reembed()
+        if not self.analysed:
+            self.reanalyse()
+
+    def reanalyse(self) -> int:
+        """BM25 terms of rows an older analyzer made, made again batch by batch (docs.reanalyse);
+        search answers from the old terms meanwhile. Returns how many."""
+        done, s = 0, self.svc.settings
+        while not self.stopping:
+            priority.step_aside(s.background_step_aside_seconds)
+            n = index.reanalyse(self.svc.db, s.search_reanalyse_batch)
+            done, self.analysed = done + n, not n
+            if not n:
+                break
+        return done
 
     def _prune_gone(self, rev: int) -> None:
         """Deletions this index has applied need not be kept (another process behind this

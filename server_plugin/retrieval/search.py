@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..core.text import share_without_spaces
 from ..services import Services
 from ..settings import Settings
 from ..store.db import loads
@@ -41,6 +42,15 @@ def params_of(settings: Settings) -> R.RankingParams:
         w_temporal=s.search_w_temporal, w_length=s.search_w_length, w_date=s.search_w_date,
         date_after_days=s.search_date_after_days, date_tau_days=s.search_date_tau_days,
         query_person=s.search_query_person)
+
+
+def reading_params(svc: Services, query: str) -> R.RankingParams:
+    """The ranking weights for `query`: an embedder that reads only scripts with spaces (the
+    packaged MiniLM) has its dense channels weighted by the share of the query it can read."""
+    params = params_of(svc.settings)
+    if getattr(svc.embedder, "reads_every_script", False):
+        return params
+    return R.dense_trusted(params, 1.0 - share_without_spaces(query))
 
 
 # --- the query -----------------------------------------------------------------------------------
@@ -80,7 +90,7 @@ def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: 
     """
     state = live_index.state_of(svc)
     state.ensure_loaded(svc.embed_wait())
-    params = params_of(svc.settings)
+    params = reading_params(svc, query)
     cast = query_cast(svc, chat_id)
     if vector is None:
         vector = query_vector(svc, query, chat_id)

@@ -19,6 +19,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.triggers import compile_regex
+
 WORLD_INFO_FORMAT = "sillytavern_world_info"
 BOOK_FORMAT = "character_book"
 
@@ -63,8 +65,6 @@ _WHY = {
     "cooldown": "timed effects (cooldown) are not applied",
     "delay": "timed effects (delay) are not applied",
     "scanDepth": "the scan window follows rule QS6, not a per-entry depth",
-    "caseSensitive": "triggers always match case-insensitively",
-    "matchWholeWords": "triggers always match whole words",
     "vectorized": "vector activation is not applied (the memory bank searches by meaning instead)",
     "excludeRecursion": "there is no recursive scanning",
     "preventRecursion": "there is no recursive scanning",
@@ -85,11 +85,27 @@ _WHY = {
 }
 
 IMPORT_NOTES = [
-    "Triggers match whole words, case-insensitively (SillyTavern's default matches substrings).",
+    "Triggers match as each entry's matchWholeWords and caseSensitive say; an entry that leaves "
+    "matchWholeWords to the global setting (null) gets the automatic rule: whole words in scripts "
+    "with spaces, substrings in Chinese, Japanese, Korean, Thai and other scripts without them.",
+    "Regular-expression keys (/pattern/flags) are triggers; each search is bounded in time.",
     "Kept in each entry's metadata: every field that was not mapped, unchanged.",
 ]
 
 _REGEX_KEY = re.compile(r"^/(.+)/([a-z]*)$", re.S)
+REGEX_KEY_MAX_CHARS = 200  # a lore trigger's length limit (story/lore.py TRIGGER_MAX_CHARS)
+_WHOLE_WORDS = {True: "on", False: "off", None: "auto"}
+
+
+def matching(whole_words: Any, case_sensitive: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A card's `matching` metadata from World Info's matchWholeWords and caseSensitive, and the
+    report lines saying what an unset (null) matchWholeWords became."""
+    mode = _WHOLE_WORDS.get(whole_words if isinstance(whole_words, bool) else None, "auto")
+    notes = [] if mode != "auto" else [{
+        "field": "matchWholeWords", "value": whole_words,
+        "note": "unset (SillyTavern's global setting, substrings by default): matched automatically, "
+                "whole words in scripts with spaces, substrings in scripts without them"}]
+    return {"whole_words": mode, "case_sensitive": case_sensitive is True}, notes
 _CHAR_MACRO = re.compile(r"\{\{char\}\}|<BOT>", re.I)
 
 
@@ -110,6 +126,7 @@ class LoreDraft:
     metadata: dict[str, Any]
     not_mapped: list[dict[str, Any]] = field(default_factory=list)
     skipped: str | None = None  # why the entry is not imported at all (e.g. "empty_text")
+    mapped: list[dict[str, Any]] = field(default_factory=list)  # fields whose meaning we chose
 
 
 @dataclass
@@ -160,12 +177,13 @@ def _strings(value: Any) -> list[str]:
 
 
 def _triggers(keys: list[str]) -> tuple[list[str], list[str]]:
-    """Keys usable as triggers (deduplicated, order kept) and the regex keys we cannot use."""
+    """Keys usable as triggers (deduplicated, order kept; regex keys that compile and fit) and
+    the regex keys we cannot use."""
     usable: list[str] = []
     regex: list[str] = []
     seen: set[str] = set()
     for key in keys:
-        if _REGEX_KEY.match(key):
+        if _REGEX_KEY.match(key) and (compile_regex(key) is None or len(key) > REGEX_KEY_MAX_CHARS):
             regex.append(key)
         elif key.casefold() not in seen:
             seen.add(key.casefold())
@@ -211,8 +229,11 @@ def _wi_entry(ref: str, entry: dict[str, Any], world: str | None) -> LoreDraft:
     rest = {k: v for k, v in entry.items() if k not in mapped}
     lost = []
     if regex:
-        lost.append(_lost("key", regex, "regular-expression keys are not supported; kept in metadata"))
+        lost.append(_lost("key", regex, "regular-expression keys that do not compile or are longer than "
+                          f"{REGEX_KEY_MAX_CHARS} characters are not used; kept in metadata"))
         rest["regex_keys"] = regex
+    match, notes = matching(entry.get("matchWholeWords"), entry.get("caseSensitive"))
+    mapped |= {"matchWholeWords", "caseSensitive"}
     lost += _wi_losses({k: (k, v) for k, v in entry.items() if k not in mapped},
                        has_secondary=bool(_strings(entry.get("keysecondary"))))
     draft = LoreDraft(
@@ -223,8 +244,8 @@ def _wi_entry(ref: str, entry: dict[str, Any], world: str | None) -> LoreDraft:
         always=bool(entry.get("constant")),
         enabled=not bool(entry.get("disable")),
         metadata={"import": {"format": WORLD_INFO_FORMAT, "world": world, "ref": ref},
-                  "sillytavern": rest},
-        not_mapped=lost,
+                  "sillytavern": rest, "matching": match},
+        not_mapped=lost, mapped=notes,
     )
     return _check_draft(draft)
 
@@ -264,7 +285,6 @@ _BOOK_BOOKKEEPING = {"id", "extensions", "use_regex"}
 _BOOK_WHY = {
     "secondary_keys": _WHY["keysecondary"], "selective": _WHY["selective"],
     "insertion_order": _WHY["order"], "priority": _WHY["order"], "position": _WHY["position"],
-    "case_sensitive": _WHY["caseSensitive"],
 }
 
 
@@ -277,8 +297,12 @@ def _book_entry(ref: str, entry: dict[str, Any], world: str | None,
     rest = {k: v for k, v in entry.items() if k not in mapped}
     lost = []
     if regex:
-        lost.append(_lost("keys", regex, "regular-expression keys are not supported; kept in metadata"))
+        lost.append(_lost("keys", regex, "regular-expression keys that do not compile or are longer than "
+                          f"{REGEX_KEY_MAX_CHARS} characters are not used; kept in metadata"))
         rest["regex_keys"] = regex
+    extensions = entry.get("extensions") if isinstance(entry.get("extensions"), dict) else {}
+    match, notes = matching(extensions.get("match_whole_words"), entry.get("case_sensitive"))
+    mapped |= {"case_sensitive"}
     secondary = bool(_strings(entry.get("secondary_keys")))
     for key, value in entry.items():
         if key in mapped or key in _BOOK_BOOKKEEPING or not _differs(key, value, _BOOK_DEFAULTS):
@@ -288,7 +312,8 @@ def _book_entry(ref: str, entry: dict[str, Any], world: str | None,
         lost.append(_lost(key, value, _BOOK_WHY.get(key, "not used by Chronicler")))
     extensions = entry.get("extensions")
     if isinstance(extensions, dict):
-        lost += _wi_losses({_camel(k): (f"extensions.{k}", v) for k, v in extensions.items()},
+        lost += _wi_losses({_camel(k): (f"extensions.{k}", v) for k, v in extensions.items()
+                            if k not in ("match_whole_words", "case_sensitive")},
                            has_secondary=secondary)
     title = _text(entry.get("comment")).strip() or _text(entry.get("name")).strip()
     text = _text(entry.get("content")).strip()
@@ -297,8 +322,9 @@ def _book_entry(ref: str, entry: dict[str, Any], world: str | None,
     draft = LoreDraft(
         ref=ref, title=title[:300], text=text, triggers=triggers,
         always=bool(entry.get("constant")), enabled=entry.get("enabled", True) is not False,
-        metadata={"import": {"format": BOOK_FORMAT, "world": world, "ref": ref}, "book": rest},
-        not_mapped=lost,
+        metadata={"import": {"format": BOOK_FORMAT, "world": world, "ref": ref}, "book": rest,
+                  "matching": match},
+        not_mapped=lost, mapped=notes,
     )
     return _check_draft(draft)
 

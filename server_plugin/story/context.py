@@ -138,7 +138,8 @@ def all_cards(svc: Services) -> tuple[LoreCard, ...]:
         for r in lore.enabled_rows(svc.db.reader()):
             known = loads(r["known_by"])
             out.append(LoreCard(Card(r["id"], lore.index_text(r["title"], r["text"]),
-                                     tuple(loads(r["triggers"])), bool(r["always"])),
+                                     tuple(loads(r["triggers"])), bool(r["always"]),
+                                     lore.matching(loads(r["metadata"]) or {})),
                                 None if known is None else tuple(known)))
         return tuple(out)
 
@@ -171,7 +172,7 @@ def character_sheets(svc: Services, the_cast: Cast, present: dict[str, str],
 def card_index(svc: Services) -> TriggerIndex:
     """Every enabled card's triggers by word, built once per change of the lore table."""
     return svc.cached("context_card_index", changes.counter(svc, "lore"), lambda: TriggerIndex(
-        (c.card.id, c.card.triggers) for c in all_cards(svc)), size=2)
+        (c.card.id, c.card.triggers, c.card.match) for c in all_cards(svc)), size=2)
 
 
 def story_cards(svc: Services, viewer_id: str, texts: Sequence[str]) -> list[Card]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from ..core.triggers import AUTO, WHOLE_WORDS, Match
 from ..errors import Conflict, NotFound, Unprocessable
 from ..retrieval import docs
 from ..services import Services
@@ -46,6 +47,16 @@ def index_text(title: str, text: str) -> str:
     """What search indexes and what a story card shows: the title as a lead-in, then the text."""
     title = title.strip()
     return f"{title}: {text}" if title else text
+
+
+def matching(metadata: dict[str, Any]) -> Match:
+    """How an entry's triggers match, from its metadata's `matching` ({"whole_words": "auto" | "on"
+    | "off", "case_sensitive": bool}, set by an import or a person); anything else is automatic."""
+    given = metadata.get("matching") if isinstance(metadata, dict) else None
+    if not isinstance(given, dict):
+        return AUTO
+    mode = given.get("whole_words")
+    return Match(mode if mode in WHOLE_WORDS else "auto", given.get("case_sensitive") is True)
 
 
 def normalize_triggers(triggers: Iterable[str]) -> list[str]:
@@ -234,7 +245,8 @@ def write_drafts(svc: Services, conn: Connection, prepared: Sequence[tuple[LoreD
     now = svc.clock.iso()
     entries, report = [], []
     for draft, entry, vector in prepared:
-        line: dict[str, Any] = {"ref": draft.ref, "title": draft.title, "not_mapped": draft.not_mapped}
+        line: dict[str, Any] = {"ref": draft.ref, "title": draft.title, "not_mapped": draft.not_mapped,
+                                "mapped": draft.mapped}
         if entry is None:
             line.update(status="skipped", reason=draft.skipped, id=None)
         else:
@@ -248,7 +260,7 @@ def write_drafts(svc: Services, conn: Connection, prepared: Sequence[tuple[LoreD
 
 def dry_report(prepared: Sequence[tuple[LoreDraft, dict, Any]]) -> list[dict[str, Any]]:
     """The per-entry report of an import that is not written (dry run)."""
-    return [{"ref": d.ref, "title": d.title, "not_mapped": d.not_mapped, "id": None,
+    return [{"ref": d.ref, "title": d.title, "not_mapped": d.not_mapped, "mapped": d.mapped, "id": None,
              "status": "skipped" if e is None else "would_import",
              **({"reason": d.skipped} if e is None else {})} for d, e, _ in prepared]
 
@@ -265,9 +277,10 @@ def remove_card_book(conn: Connection, character_id: str) -> list[str]:
 
 
 def enabled_rows(conn: Connection) -> list[Any]:
-    """Every enabled entry as a story card needs it (id, title, text, triggers, always, known_by)."""
-    return conn.execute(
-        "SELECT id, title, text, triggers, always, known_by FROM lore WHERE enabled=1 ORDER BY id").fetchall()
+    """Every enabled entry as a story card needs it (id, title, text, triggers, always, known_by,
+    metadata: its `matching`)."""
+    return conn.execute("SELECT id, title, text, triggers, always, known_by, metadata FROM lore"
+                        " WHERE enabled=1 ORDER BY id").fetchall()
 
 
 # --- per-chat trigger statistics (QS5) -----------------------------------------------------------

@@ -200,7 +200,8 @@ class _Run:
         self.out.scan_actions = scan_window_size(
             room, rules.card_scan_min_actions, rules.card_scan_tokens_per_action,
             rules.card_scan_threshold_tokens)
-        window = ScanWindow(window_texts(last, history, self.out.scan_actions))
+        window = ScanWindow(window_texts(last, history, self.out.scan_actions),
+                            regex_seconds=rules.card_regex_timeout_ms / 1000)
         ranked, idle = rank_cards(c.story_cards, window, c.card_stats)
         self.out.fired_triggers = {r.card.id: list(r.triggers) for r in ranked if r.triggers}
         items, empty = clean([Item(r.card.id, r.card.text) for r in ranked])

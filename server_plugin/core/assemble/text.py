@@ -82,7 +82,7 @@ def rank_cards(
     ranked: list[RankedCard] = []
     idle: list[Card] = []
     for card in cards:
-        hits = window.hits(card.triggers)
+        hits = window.hits(card.triggers, card.match)
         if hits or card.always:
             ranked.append(RankedCard(card, min(hits.values()) if hits else None, tuple(hits)))
         else:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ..triggers import AUTO, Match
+
 # QS3's priority order for the Required items that may be cut.
 REQUIRED_PRIORITY = (
     "authors_note",
@@ -56,6 +58,7 @@ class Card:
     text: str
     triggers: tuple[str, ...] = ()
     always: bool = False
+    match: Match = AUTO  # whole words (auto, on, off) and case sensitivity of its triggers
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,7 @@ class Rules:
     card_scan_min_actions: int
     card_scan_tokens_per_action: int
     card_scan_threshold_tokens: int
+    card_regex_timeout_ms: int  # each search of a `/regex/` trigger in one text
 
 
 @dataclass(frozen=True)

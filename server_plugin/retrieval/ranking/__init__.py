@@ -38,6 +38,7 @@ from .score import (
     dense_query_text,
     fuse,
     group_max,
+    dense_trusted,
     idf,
     prepare_query,
     rank,
@@ -46,6 +47,7 @@ from .score import (
     top_k,
     zscore,
 )
+from ...core.text import stem  # the analyzer's stemmer, for callers that stem query words
 from .text import (
     Cast,
     analyze,
@@ -54,7 +56,6 @@ from .text import (
     is_temporal_query,
     rewrite_query,
     sentences,
-    stem,
     temporal_cues,
     tokenize,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "date_prior",
     "dense_query_text",
     "dense_text",
+    "dense_trusted",
     "expand_neighbours",
     "fuse",
     "group_ids",

@@ -3,7 +3,7 @@ the channels, the priors, and `rank` / `top_k`. Pure numpy."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -296,6 +296,21 @@ class Query:
 def dense_query_text(text: str, cast: Cast, params: RankingParams) -> str:
     """The text to embed for the dense side of `text` (names handled per `query_person`)."""
     return rewrite_query(text, cast, params.query_person)
+
+
+def dense_trusted(params: RankingParams, share: float) -> RankingParams:
+    """`params` with the dense channels' weights scaled by `share` (0..1): the part of a query the
+    embedder can read. The packaged MiniLM is English; its cosine on a Chinese or Korean query is
+    noise that outweighs BM25 in a small chat, so such a query ranks by BM25 (on the row's own
+    words) and the priors."""
+    if share >= 1.0:
+        return params
+    share = max(0.0, share)
+    # BM25's neighbour context was tuned beside the dense channels, which tell a message from its
+    # neighbours (a neighbour's words count 0.9 of its own); without them it would blur the two.
+    return replace(params, neighbour_weights=tuple(w * share for w in params.neighbour_weights),
+                   w_dense=params.w_dense * share, w_dense_win1=params.w_dense_win1 * share,
+                   w_dense_win2=params.w_dense_win2 * share, w_dense_sent=params.w_dense_sent * share)
 
 
 def prepare_query(

@@ -10,31 +10,15 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Iterable, Mapping
 
-import snowballstemmer
-
-from ...core.text import BM25_STOP_WORDS, MONTHS, sentences
+from ...core.text import BM25_STOP_WORDS, MONTHS, analyzer_terms, analyzer_words, script_without_spaces, sentences
 
 # ---------------------------------------------------------------------------------------------
-# Text analysis (BM25 side)
-
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
-_POSSESSIVE = re.compile(r"['’]s$")
-_stemmer = snowballstemmer.stemmer("english")
-
-
-@lru_cache(maxsize=200_000)
-def stem(word: str) -> str:
-    """Snowball English stem of one lower-case word (cached: the vocabulary is small)."""
-    return _stemmer.stemWord(word)
+# Text analysis (BM25 side): the one analyzer of core/text, with stems and stop words.
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-case word tokens; a possessive 's is dropped and inner apostrophes removed."""
-    words = []
-    for match in _WORD.finditer(text.lower()):
-        word = _POSSESSIVE.sub("", match.group())
-        words.append(word.replace("'", "").replace("’", ""))
-    return [w for w in words if w]
+    """The analyzer's words (match form; bigrams for scripts without spaces), without stemming."""
+    return analyzer_words(text)
 
 
 def analyze(text: str, *, bigrams: bool = False) -> Counter[str]:
@@ -43,7 +27,7 @@ def analyze(text: str, *, bigrams: bool = False) -> Counter[str]:
     Bigrams join two consecutive content stems with "_" (stop words are skipped first, so
     "support group" and "support the group" share the bigram "support_group").
     """
-    stems = [stem(w) for w in tokenize(text) if w not in BM25_STOP_WORDS]
+    stems = analyzer_terms(text, stems=True, stop=BM25_STOP_WORDS)
     counts = Counter(stems)
     if bigrams:
         counts.update(f"{a}_{b}" for a, b in zip(stems, stems[1:]))
@@ -58,12 +42,14 @@ def analyze(text: str, *, bigrams: bool = False) -> Counter[str]:
 class Cast:
     """Character names and aliases of one store, mapped to character ids.
 
-    Built from the characters table (name + aliases). Matching is whole-word and
-    case-insensitive; a possessive "'s" is part of the match.
+    Built from the characters table (name + aliases). Matching is case-insensitive, whole-word
+    for names in scripts with spaces (a possessive "'s" is part of the match) and inside words for
+    names in scripts without them ("林月说", "서연이"), as story-card triggers match (core/triggers).
     """
 
     aliases: Mapping[str, str]  # alias as written -> character id
     _pattern: re.Pattern | None = field(default=None, compare=False, repr=False)
+    _bare: re.Pattern | None = field(default=None, compare=False, repr=False)  # scripts without spaces
 
     @classmethod
     def build(cls, characters: Iterable[tuple[str, Iterable[str]]]) -> "Cast":
@@ -78,18 +64,23 @@ class Cast:
             return cls({}, None)
         # Longest first, so "Mel Jones" wins over "Mel".
         alts = sorted(table, key=len, reverse=True)
+        spaced = [a for a in alts if not script_without_spaces(a)]
+        bare = [a for a in alts if script_without_spaces(a)]
         pattern = re.compile(
-            r"(?<![\w])(" + "|".join(re.escape(a) for a in alts) + r")(['’]s)?(?![\w])",
+            r"(?<![\w])(" + "|".join(re.escape(a) for a in spaced) + r")(['’]s)?(?![\w])",
             re.IGNORECASE,
-        )
-        return cls(table, pattern)
+        ) if spaced else None
+        plain = re.compile("(" + "|".join(re.escape(a) for a in bare) + ")()", re.IGNORECASE) if bare else None
+        return cls(table, pattern, plain)
+
+    def _matches(self, text: str) -> list[re.Match]:
+        found = [m for p in (self._pattern, self._bare) if p is not None for m in p.finditer(text)]
+        return sorted(found, key=lambda m: m.start()) if self._bare is not None else found
 
     def mentioned(self, text: str) -> list[str]:
         """Character ids named in `text`, in order of first mention, without repeats."""
-        if self._pattern is None:
-            return []
         seen: list[str] = []
-        for m in self._pattern.finditer(text):
+        for m in self._matches(text):
             cid = self.aliases[m.group(1).lower()]
             if cid not in seen:
                 seen.append(cid)
@@ -102,15 +93,16 @@ class Cast:
         stored texts write names capitalised, and a character called "Will" or "Hope" must not
         take the words "will" and "hope" out of every message.
         """
-        if self._pattern is None:
-            return text
-
         def one(m: re.Match) -> str:
-            if capitalised_only and not m.group(1)[:1].isupper():
+            # Scripts without spaces have no capitals: their names are always taken.
+            if capitalised_only and m.re is self._pattern and not m.group(1)[:1].isupper():
                 return m.group(0)
             return repl(m, self.aliases[m.group(1).lower()], bool(m.group(2)))
 
-        return self._pattern.sub(one, text)
+        for pattern in (self._pattern, self._bare):
+            if pattern is not None:
+                text = pattern.sub(one, text)
+        return text
 
 
 _SPACES = re.compile(r"\s+")

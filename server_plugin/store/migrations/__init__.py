@@ -22,6 +22,7 @@ from .m004_lore_and_context import m004_lore_and_context
 from .m005_episodes import m005_episodes
 from .m006_summary_counter import m006_summary_counter
 from .m007_job_costs import m007_job_costs
+from .m008_analyzer_version import m008_analyzer_version
 
 
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
@@ -32,6 +33,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (5, m005_episodes),
     (6, m006_summary_counter),
     (7, m007_job_costs),
+    (8, m008_analyzer_version),
 ]
 
 
