@@ -205,6 +205,35 @@ def put(conn: Connection, kind: str, ref_id: str, prepared: Prepared, *, created
     return doc_id
 
 
+def copy(conn: Connection, kind: str, old_ref: str, new_ref: str, **fields: Any) -> int | None:
+    """A copy of an item's index entry under another ref, its vectors copied, never embedded
+    again (a branch's copies, CP2); `fields` (any of META_FIELDS) change on the copy. Returns the
+    new doc id, or None when the item has no entry."""
+    if set(fields) - set(META_FIELDS):
+        raise ValueError(f"copy takes {list(META_FIELDS)}")
+    row = conn.execute("SELECT * FROM docs WHERE kind=? AND ref_id=?", (kind, old_ref)).fetchone()
+    if row is None:
+        return None
+    values = {k: row[k] for k in row.keys() if k not in ("id", "kind", "ref_id")}
+    for key, value in fields.items():
+        if key == "known_by":
+            value = None if value is None else dumps(sorted(set(value)))
+        elif key == "source_message_ids":
+            key, value = "sources", None if value is None else dumps(list(dict.fromkeys(value)))
+        values[key] = value
+    values["rev"] = _bump(conn)
+    names = ", ".join(values)
+    doc_id = conn.execute(f"INSERT INTO docs(kind, ref_id, {names}) VALUES (?,?,{','.join('?' * len(values))})",
+                          (kind, new_ref, *values.values())).lastrowid
+    conn.execute("INSERT INTO docs_fts(rowid, text) VALUES (?,?)", (doc_id, row["text"]))
+    conn.execute("INSERT INTO docs_vec(rowid, embedding) SELECT ?, embedding FROM docs_vec WHERE rowid=?",
+                 (doc_id, row["id"]))
+    for i in range(row["passages"]):
+        conn.execute("INSERT INTO docs_passages(rowid, embedding) SELECT ?, embedding FROM docs_passages"
+                     " WHERE rowid=?", (doc_id * MAX_PASSAGES + i, row["id"] * MAX_PASSAGES + i))
+    return doc_id
+
+
 META_FIELDS = ("chat_id", "character_id", "known_by", "session_key", "position", "speaker_name",
                "importance", "source_message_ids", "created_at")
 
