@@ -379,6 +379,7 @@ def copy_for_branch(conn: Connection, parent_id: str, branch_id: str, copied: se
     for r in conn.execute("SELECT episode_id, message_id FROM episode_sources WHERE chat_id=?", (parent_id,)):
         sources.setdefault(r["episode_id"], set()).add(r["message_id"])
     mapping: dict[str, str] = {}
+    kinds: dict[str, list[tuple[str, str]]] = {}
     for row in conn.execute("SELECT * FROM episodes WHERE chat_id=?", (parent_id,)).fetchall():
         cited = sources.get(row["id"])
         if not cited or not cited <= copied:
@@ -389,7 +390,9 @@ def copy_for_branch(conn: Connection, parent_id: str, branch_id: str, copied: se
                      tuple(values.values()))
         conn.executemany("INSERT INTO episode_sources(episode_id, chat_id, message_id) VALUES (?,?,?)",
                          [(new_id, branch_id, m) for m in sorted(cited)])
-        docs.copy(conn, row["kind"], row["id"], new_id, chat_id=branch_id)
+        kinds.setdefault(row["kind"], []).append((row["id"], new_id))
+    for kind, pairs in kinds.items():
+        docs.copy_many(conn, kind, pairs, chat_id=branch_id)
     return mapping
 
 

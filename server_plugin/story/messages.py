@@ -365,17 +365,20 @@ def copy_prefix(conn: Connection, parent_id: str, branch_id: str, upto: Any) -> 
     with their search entries and vectors (never embedded again), their sessions and their
     deep-memory marks (what was read is not read again); their summaries are summaries' to map.
     Returns ({parent seq: branch seq}, the copied messages' ids)."""
-    rows = ordered(conn, parent_id, "position < ? OR (position = ? AND seq <= ?)",
-                   [upto["position"], upto["position"], upto["seq"]])
-    columns = [c for c in rows[0].keys() if c not in ("seq", "chat_id", "summary_id")] if rows else []
-    seqs: dict[int, int] = {}
-    for r in rows:
-        new = conn.execute(f"INSERT INTO messages(chat_id, {', '.join(columns)}) VALUES"
-                           f" (?,{','.join('?' * len(columns))})", (branch_id, *(r[c] for c in columns))).lastrowid
-        seqs[r["seq"]] = int(new)
-        index.copy(conn, KIND, str(r["seq"]), str(new), chat_id=branch_id,
-                   session_key=session_key(branch_id, r["session_n"]))
-    return seqs, {r["id"] for r in rows}
+    upto_args = (upto["position"], upto["position"], upto["seq"])
+    before = "(position < ? OR (position = ? AND seq <= ?))"
+    columns = ", ".join(c[1] for c in conn.execute("PRAGMA table_info(messages)")
+                        if c[1] not in ("seq", "chat_id", "summary_id"))
+    # Set-based: a branch of thousands of messages is copied in a few statements.
+    conn.execute(f"INSERT INTO messages(chat_id, {columns}) SELECT ?, {columns} FROM messages"
+                 f" WHERE chat_id=? AND {before} ORDER BY {ORDER}", (branch_id, parent_id, *upto_args))
+    rows = conn.execute("SELECT p.seq, b.seq, p.id FROM messages p JOIN messages b ON b.chat_id=?"
+                        " AND b.id = p.id WHERE p.chat_id=? AND (p.position < ? OR (p.position = ?"
+                        " AND p.seq <= ?))", (branch_id, parent_id, *upto_args)).fetchall()
+    seqs = {int(r[0]): int(r[1]) for r in rows}
+    index.copy_many(conn, KIND, [(str(a), str(b)) for a, b in seqs.items()], chat_id=branch_id,
+                    from_chat=parent_id)
+    return seqs, {r[2] for r in rows}
 
 
 def copied_summaries(conn: Connection, parent_id: str, branch_id: str, mapping: dict[str, str]) -> None:
