@@ -253,3 +253,38 @@ def test_cp1a_a_sheet_field_learned_in_one_campaign_is_not_in_another(with_model
     assert "A braid down her back." in block(context(api, "two", "ayla.png", "Hi."), "character_sheets")
     one = block(context(api, "one", "ayla.png", "Hi."), "character_sheets")
     assert "Short, cropped dark hair." in one and "braid" not in one
+
+
+def test_cp1_cp2_export_and_import_carry_campaigns_branch_links_and_learned_fields(api, services, tmp_path, embedder):
+    """rule CP1, CP2, OP8: an export holds each chat's campaign and branch link, the memories'
+    campaigns and the learned sheet fields; imported into a fresh store, the campaigns, the
+    branch and what each campaign reads are as they were."""
+    from server_plugin.app import build_services, create_app
+    from server_plugin.clock import FakeClock
+    from server_plugin.settings import load_settings
+    from tests.helpers.api import T0, TOKEN, Api
+
+    register_cast(api)
+    chat(api, "one", "ayla.png")
+    chat(api, "two", "ayla.png")
+    put_chat(api, "two", campaign_id="one")
+    put_chat(api, "br", 201, member_ids=["ayla.png"], branch_of={"chat_id": "one", "message_id": "x"})
+    expect_ok(api.post("/v1/memories", json={
+        "text": "Kai is allergic to bees.", "scope": "character", "character_id": "ayla.png",
+        "actor": "background", "chat_id": "two"}), 201)
+    with services.db.write() as conn:
+        conn.execute("INSERT INTO sheet_learned VALUES ('ayla.png', 'one', 'appearance', 'Short hair.', 'now')")
+    document = expect_ok(api.get("/v1/export"), 200, "export.document")
+    assert "campaign_id" in document["tables"]["chats"]["columns"]
+    assert document["tables"]["sheet_learned"]["rows"]
+    settings = load_settings({"data_dir": str(tmp_path / "b"), "token": TOKEN, "worker_enabled": False}, environ={})
+    svc_b = build_services(settings, embedder=embedder, clock=FakeClock(T0))
+    try:
+        api_b = Api(create_app(settings, services=svc_b).test_client())
+        expect_ok(api_b.post("/v1/import", json={"document": document}), 200, "import.response")
+        assert campaigns(api_b) == campaigns(api)
+        assert expect_ok(api_b.get("/v1/chats/br"))["chat"]["branch_of"] == {"chat_id": "one", "message_id": "x"}
+        assert for_turn(api_b, "one", "ayla.png") == {"Kai is allergic to bees."}
+        assert for_turn(api_b, "br", "ayla.png") == set()
+    finally:
+        svc_b.db.close()
