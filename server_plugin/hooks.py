@@ -75,6 +75,13 @@ class Hooks:
     turn_rolled_back: Signal = _signal(
         "turn_rolled_back", "(svc, conn, chat_id, turn_id) -> counts: a regenerated or swiped turn "
         "takes back what it wrote (RV10).")
+    chat_moved: Signal = _signal(
+        "chat_moved", "(svc, conn, chat_id, old_campaign, new_campaign, old_left) -> counts: a chat "
+        "joined another campaign (CP1); what was derived from its play moves with it (`old_left`: "
+        "chats still in the old campaign).")
+    chat_branched: Signal = _signal(
+        "chat_branched", "(svc, conn, chat_id, parent_id, message_id) -> counts: a chat was "
+        "registered as a branch of another at one of its messages (CP2).")
     session_ended: Signal = _signal(
         "session_ended", "(svc, conn, chat_id, n) -> jobs queued: session n of a chat ended.")
     deep_memory_ran: Signal = _signal(

@@ -327,6 +327,7 @@ def test_api_md_response_schemas_match_real_answers(app):
     call("PUT", "/v1/chats/c1", {"member_ids": ["ayla.png", "player", "bren.png"]}, 201)
     call("GET", "/v1/chats")
     call("GET", "/v1/chats/c1")
+    call("GET", "/v1/campaigns")
     lines = [("u1", "user", "Player", "player", "I promise I will come back for you, Ayla.", None),
              ("a1", "assistant", "Ayla", "ayla.png", '"Then I will wait by the old oak."', "t1"),
              ("u2", "user", "Player", "player", "Bren, keep the lantern lit.", None),
@@ -375,6 +376,7 @@ def test_api_md_response_schemas_match_real_answers(app):
     call("POST", "/v1/chats/c1/summaries/rebuild", {})
     call("POST", "/v1/chats/c1/sessions/end", {})
     call("GET", "/v1/chats/c1/sessions")
+    call("GET", "/v1/campaigns/c1/sessions")
     call("GET", "/v1/chats/c1/sessions/1")
     call("POST", "/v1/chats/c1/sessions/1/rebuild", {})
     listed = call("GET", "/v1/jobs?chat_id=c1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from ..story import chats, turns
+from ..story import chats, sessions, turns
 from .common import body, path_id, svc
 
 bp = Blueprint("chats", __name__)
@@ -30,3 +30,13 @@ def get_chat(chat_id: str) -> dict:
 def rollback_turn(chat_id: str, turn_id: str) -> dict:
     body("empty.request")
     return turns.rollback(svc(), path_id(chat_id, "chat id"), path_id(turn_id, "turn id"))
+
+
+@bp.get("/campaigns")
+def list_campaigns() -> dict:
+    return {"campaigns": chats.campaigns(svc())}
+
+
+@bp.get("/campaigns/<campaign_id>/sessions")
+def campaign_sessions(campaign_id: str) -> dict:
+    return {"sessions": sessions.campaign_sessions(svc(), path_id(campaign_id, "campaign id"))}

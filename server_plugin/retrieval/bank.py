@@ -68,13 +68,16 @@ def memory_bank(svc: Services, query: np.ndarray | None,
 
 def bank_search(svc: Services, *, speaker_id: str, chat_id: str, member_ids: Sequence[str],
                 text: str, vector: np.ndarray, live_ids: set[str], held_ids: set[str],
-                speaker_names: Callable[[list[str]], dict[str, str]]) -> list[Item]:
+                speaker_names: Callable[[str, list[str]], dict[str, str]],
+                chat_ids: Sequence[str] | None = None) -> list[Item]:
     """Search's candidates for the memory bank (QS8, SW6): the `memory_bank_search_results` best
-    items for the last action that the speaker knows (SW9b) in this chat or in none, minus what
+    items for the last action that the speaker knows (SW9b) in the chats of this chat's campaign
+    (`chat_ids`, CP1; default this chat alone) or in none, minus what
     the context already holds (`held_ids`: pinned memories and the story summary's sessions;
     `live_ids`: the live window's messages). Saved memories come from the scopes of this chat
     (RV5) as in the per-turn set. A message is shown with its speaker's name
-    (`speaker_names(message_ids)`). Empty while the index is still being built in the
+    (`speaker_names(chat_id, message_ids)`); one of another chat is named `message:<chat>:<id>`
+    (message ids are unique only within a chat). Empty while the index is still being built in the
     background: a turn does not wait for it."""
     k = svc.settings.memory_bank_search_results
     state = live_index.state_of(svc)
@@ -82,21 +85,27 @@ def bank_search(svc: Services, *, speaker_id: str, chat_id: str, member_ids: Seq
         return []
     try:
         results = search.search(svc, query_text(text), viewer_id=speaker_id,
-                                chat_id=chat_id, kinds=KINDS, k=k, vector=vector)
+                                chat_ids=chat_ids or [chat_id], kinds=KINDS, k=k, vector=vector)
     except ServiceUnavailable:
         return []
     scopes = {speaker_id, *member_ids}
-    names = speaker_names([r["id"] for r in results if r["kind"] == "message"])
+    names: dict[tuple[str, str], str] = {}
+    for of_chat in {r["chat_id"] for r in results if r["kind"] == "message"}:
+        ids = [r["id"] for r in results if r["kind"] == "message" and r["chat_id"] == of_chat]
+        names.update({(of_chat, i): n for i, n in speaker_names(of_chat, ids).items()})
     found = []
     for r in results:
         if r["kind"] == "memory":
             if r["id"] not in held_ids and (r["character_id"] is None or r["character_id"] in scopes):
                 found.append(Item(r["id"], r["text"]))
         elif r["kind"] == "message":
-            if r["id"] not in live_ids:
-                found.append(Item(f"message:{r['id']}", f"{names.get(r['id'], 'Someone')}: {r['text']}"))
+            own = r["chat_id"] == chat_id
+            if not (own and r["id"] in live_ids):
+                name = names.get((r["chat_id"], r["id"]), "Someone")
+                item_id = f"message:{r['id']}" if own else f"message:{r['chat_id']}:{r['id']}"
+                found.append(Item(item_id, f"{name}: {r['text']}"))
         elif r["kind"] == "session_summary":
-            n = r["id"].rpartition("#")[2]
+            n = r["id"].rpartition("#")[2] if r["chat_id"] == chat_id else r["id"]
             if f"session:{n}:full" not in held_ids and f"session:{n}:short" not in held_ids:
                 found.append(Item(f"session_summary:{r['id']}", r["text"]))
         else:

@@ -205,6 +205,57 @@ def put(conn: Connection, kind: str, ref_id: str, prepared: Prepared, *, created
     return doc_id
 
 
+def _ids_of(conn: Connection, kind: str, refs: Sequence[str]) -> dict[str, tuple[int, int, str]]:
+    """{ref: (doc id, passages, text)} of the entries of these refs."""
+    out: dict[str, tuple[int, int, str]] = {}
+    for start in range(0, len(refs), 500):
+        chunk = list(refs[start:start + 500])
+        for r in conn.execute(f"SELECT ref_id, id, passages, text FROM docs WHERE kind=? AND ref_id IN"
+                              f" ({','.join('?' * len(chunk))})", (kind, *chunk)):
+            out[r[0]] = (int(r[1]), int(r[2]), r[3])
+    return out
+
+
+def copy(conn: Connection, kind: str, old_ref: str, new_ref: str, *, chat_id: str | None) -> int | None:
+    """A copy of an item's index entry under another ref and chat, its vectors copied, never
+    embedded again (a branch's copies, CP2). Returns the new doc id, or None without an entry."""
+    return copy_many(conn, kind, [(old_ref, new_ref)], chat_id=chat_id).get(old_ref)
+
+
+def copy_many(conn: Connection, kind: str, pairs: Sequence[tuple[str, str]], *, chat_id: str | None,
+              from_chat: str | None = None) -> dict[str, int]:
+    """`copy` for many items of one kind at once, in a few prepared statements (a branch copies thousands in one
+    write): `pairs` are (old ref, new ref); `from_chat` given, session keys "<from_chat>#n" become
+    "<chat_id>#n". Returns {old ref: new doc id} of the items that had an entry."""
+    if not pairs:
+        return {}
+    columns = [c[1] for c in conn.execute("PRAGMA table_info(docs)")
+               if c[1] not in ("id", "kind", "ref_id", "chat_id", "session_key", "rev")]
+    session = "session_key" if from_chat is None else \
+        "CASE WHEN session_key LIKE ? || '#%' THEN ? || substr(session_key, ?) ELSE session_key END"
+    args: list[Any] = [] if from_chat is None else [from_chat, chat_id, len(from_chat) + 1]
+    rev = _bump(conn)
+    # One prepared statement run per pair: each a lookup by the (kind, ref_id) index.
+    conn.executemany(
+        f"INSERT INTO docs(kind, ref_id, chat_id, session_key, rev, {', '.join(columns)})"
+        f" SELECT kind, ?, ?, {session}, ?, {', '.join(columns)} FROM docs WHERE kind=? AND ref_id=?",
+        [(new, chat_id, *args, rev, kind, old) for old, new in pairs])
+    old_ids = _ids_of(conn, kind, [old for old, _ in pairs])
+    new_ids = _ids_of(conn, kind, [new for _, new in pairs])
+    ids = [(old, old_ids[old][0], new_ids[new][0], old_ids[old][1], old_ids[old][2])
+           for old, new in pairs if old in old_ids and new in new_ids]
+    conn.executemany("INSERT INTO docs_fts(rowid, text) VALUES (?,?)", [(r[2], r[4]) for r in ids])
+    old = {r[1]: r[2] for r in ids}
+    vectors = item_vectors(conn, list(old))
+    conn.executemany("INSERT INTO docs_vec(rowid, embedding) VALUES (?,?)",
+                     [(old[d], _blob(v)) for d, v in vectors.items()])
+    passage_ids = {r[1] * MAX_PASSAGES + i: r[2] * MAX_PASSAGES + i for r in ids for i in range(r[3])}
+    if passage_ids:
+        conn.executemany("INSERT INTO docs_passages(rowid, embedding) VALUES (?,?)",
+                         [(passage_ids[p], _blob(v)) for p, v in passage_vectors(conn, list(passage_ids)).items()])
+    return {r[0]: r[2] for r in ids}
+
+
 META_FIELDS = ("chat_id", "character_id", "known_by", "session_key", "position", "speaker_name",
                "importance", "source_message_ids", "created_at")
 

@@ -268,17 +268,18 @@ class LiveIndex:
             temporal=a["cues"][:n], content_len=a["content_len"][:n], days=a["day"][:n],
             speaker_codes=a["owner"][:n], speaker_table=self.owners.code)
 
-    def candidates(self, viewer_id: str | None, scopes: Iterable[str], chat_id: str | None,
+    def candidates(self, viewer_id: str | None, scopes: Iterable[str], chat_ids: Sequence[str] | None,
                    kinds: Sequence[str] | None) -> np.ndarray:
-        """Live rows of the kinds and chat asked for that the viewer may know (visibility.py)."""
+        """Live rows of the kinds and chats asked for (and of no chat) that the viewer may know
+        (visibility.py)."""
         n, a = self.n, self.a
         mask = a["alive"][:n].copy()
         if kinds is not None:
             codes = [self.kinds.code[k] for k in kinds if k in self.kinds.code]
             mask &= np.isin(a["kind"][:n], codes)
-        if chat_id is not None:
-            code = self.chats.code.get(chat_id, -2)
-            mask &= (a["chat"][:n] == code) | (a["chat"][:n] == -1)
+        if chat_ids is not None:
+            codes = [self.chats.code.get(c, -2) for c in chat_ids]
+            mask &= np.isin(a["chat"][:n], codes) | (a["chat"][:n] == -1)
         if viewer_id is not None:
             scoped_codes = [self.kinds.code[k] for k in visibility.SCOPED_KINDS if k in self.kinds.code]
             mask &= visibility.row_mask(

@@ -79,18 +79,22 @@ def query_vector(svc: Services, query: str, chat_id: str | None = None) -> np.nd
 
 def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: str | None = None,
            kinds: Sequence[str] | None = None, k: int = 10,
-           vector: np.ndarray | None = None) -> list[dict[str, Any]]:
+           vector: np.ndarray | None = None,
+           chat_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """The `k` best items for `query` that the viewer may know (SW6, SW9b), best first.
 
     `viewer_id` None is a person (sees everything); `chat_id` keeps that chat's items plus those
     of no chat (lore, memories saved outside a chat); `kinds` None means every kind. Each result:
     `{id, kind, text, score, source_message_ids, chat_id, character_id, created_at}` — `id` is the
     message id for a message (which cites itself), the item's id otherwise. `vector`: the query's
-    `query_vector`, when the caller has it already.
+    `query_vector`, when the caller has it already. `chat_ids`: the chats whose items are kept
+    (a campaign's, CP1), instead of `chat_id` alone; `chat_id` still names whose cast reads the query.
     """
     state = live_index.state_of(svc)
     state.ensure_loaded(svc.embed_wait())
     params = reading_params(svc, query)
+    if chat_id is None and chat_ids:
+        chat_id = chat_ids[0]
     cast = query_cast(svc, chat_id)
     if vector is None:
         vector = query_vector(svc, query, chat_id)
@@ -99,7 +103,7 @@ def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: 
     scopes = visibility.readable_scopes(svc.db.reader(), viewer_id) if viewer_id is not None else ()
     with state.lock:
         live = state.current()
-        mask = live.candidates(viewer_id, scopes, chat_id, kinds)
+        mask = live.candidates(viewer_id, scopes, chat_ids or ([chat_id] if chat_id else None), kinds)
         scores = R.rank(live.corpus(), prepared, params, mask)
         top = R.top_k(scores, k)
         picked = [(int(live.a["doc_id"][i]), float(scores[i])) for i in top]

@@ -1,13 +1,18 @@
-"""Chats: their members, the memory switch (RV16) and the context size they were last built for.
+"""Chats: their members, the memory switch (RV16), the context size they were last built for,
+and the campaign they belong to, with the chat and message a branch was made from (CP1, CP2).
+
+A campaign is a label chats share: a lone chat's campaign is its own id. Moving a chat to another
+campaign sends `hooks.chat_moved` in the same write, so what was derived from its play moves too.
 
 Owns: chats, chat_members.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
-from ..errors import NotFound
+from ..errors import BadRequest, NotFound
 from ..services import Services
 from ..store.db import Connection
 
@@ -24,6 +29,9 @@ def fetch(conn: Connection, chat_id: str) -> dict[str, Any] | None:
         "member_ids": members,
         "memory_enabled": bool(row["memory_enabled"]),
         "context_tokens": row["context_tokens"],
+        "campaign_id": row["campaign_id"] or row["id"],
+        "branch_of": (None if row["branch_of_chat"] is None else
+                      {"chat_id": row["branch_of_chat"], "message_id": row["branch_of_message"]}),
         "created_at": row["created_at"],
         "updated_at": row["updated_at"],
     }
@@ -57,17 +65,87 @@ def put(svc: Services, chat_id: str, data: dict[str, Any]) -> tuple[dict[str, An
         title = data.get("title", existing["title"] if existing else None)
         enabled = int(data.get("memory_enabled", existing["memory_enabled"] if existing else True))
         context_tokens = data.get("context_tokens", existing["context_tokens"] if existing else None)
+        campaign = data.get("campaign_id") or (existing["campaign_id"] if existing else chat_id)
+        branch = _branch_of(chat_id, data, existing)
         if existing is None:
-            conn.execute("INSERT INTO chats(id, title, memory_enabled, context_tokens, created_at,"
-                         " updated_at) VALUES (?,?,?,?,?,?)",
-                         (chat_id, title, enabled, context_tokens, now, now))
+            conn.execute("INSERT INTO chats(id, title, memory_enabled, context_tokens, campaign_id,"
+                         " branch_of_chat, branch_of_message, created_at, updated_at)"
+                         " VALUES (?,?,?,?,?,?,?,?,?)",
+                         (chat_id, title, enabled, context_tokens, campaign, *branch, now, now))
         else:
-            conn.execute("UPDATE chats SET title=?, memory_enabled=?, context_tokens=?, updated_at=?"
-                         " WHERE id=?", (title, enabled, context_tokens, now, chat_id))
+            conn.execute("UPDATE chats SET title=?, memory_enabled=?, context_tokens=?, campaign_id=?,"
+                         " branch_of_chat=?, branch_of_message=?, updated_at=? WHERE id=?",
+                         (title, enabled, context_tokens, campaign, *branch, now, chat_id))
+        if branch[0] is not None and (existing is None or existing["branch_of"] is None):
+            svc.hooks.chat_branched.tally(svc, conn, chat_id, branch[0], branch[1])
+        if existing is not None:
+            if campaign != existing["campaign_id"]:
+                left = campaign_chat_ids(conn, existing["campaign_id"])
+                svc.hooks.chat_moved.tally(svc, conn, chat_id, existing["campaign_id"], campaign, left)
         conn.execute("DELETE FROM chat_members WHERE chat_id=?", (chat_id,))
         conn.executemany("INSERT INTO chat_members(chat_id, character_id, position) VALUES (?,?,?)",
                          [(chat_id, m, i) for i, m in enumerate(members)])
         return fetch(conn, chat_id), existing is None  # type: ignore[return-value]
+
+
+def _branch_of(chat_id: str, data: dict[str, Any], existing: dict[str, Any] | None
+               ) -> tuple[str | None, str | None]:
+    """(parent chat, branch message) to store: the given `branch_of` (null: not a branch), or
+    the stored one. A chat is no branch of itself."""
+    if "branch_of" not in data:
+        link = existing["branch_of"] if existing else None
+    else:
+        link = data["branch_of"]
+    if link is None:
+        return None, None
+    if link["chat_id"] == chat_id:
+        raise BadRequest("invalid_branch", "A chat cannot be a branch of itself.")
+    return link["chat_id"], link.get("message_id")
+
+
+def branch_ref(branch_id: str, parent_ref: str) -> str:
+    """The id of a branch's copy of a parent's item (CP2): the same for the same pair, and
+    never an id the parent uses."""
+    return "b_" + hashlib.sha1(f"{branch_id}\x00{parent_ref}".encode()).hexdigest()[:24]
+
+
+# --- campaigns (CP1) -----------------------------------------------------------------------------
+def campaign_of(conn: Connection, chat_id: str | None) -> str | None:
+    """The campaign a chat belongs to (its own id for a lone chat or an unknown one)."""
+    if chat_id is None:
+        return None
+    row = conn.execute("SELECT campaign_id FROM chats WHERE id=?", (chat_id,)).fetchone()
+    return chat_id if row is None or row[0] is None else row[0]
+
+
+def campaign_chat_ids(conn: Connection, campaign_id: str) -> list[str]:
+    """The chats of a campaign, oldest first (the campaign's time order)."""
+    return [r[0] for r in conn.execute(
+        "SELECT id FROM chats WHERE coalesce(campaign_id, id)=? ORDER BY created_at, id", (campaign_id,))]
+
+
+def same_campaign(conn: Connection, chat_id: str) -> list[str]:
+    """Every chat of this chat's campaign, oldest first (the chat itself when it is unknown)."""
+    return campaign_chat_ids(conn, campaign_of(conn, chat_id) or chat_id) or [chat_id]
+
+
+def campaigns(svc: Services) -> list[dict[str, Any]]:
+    """Every campaign with its chats (oldest first), newest activity first."""
+    conn = svc.db.reader()
+    found: dict[str, list[dict[str, Any]]] = {}
+    for r in conn.execute("SELECT id FROM chats ORDER BY created_at, id"):
+        chat = fetch(conn, r[0])
+        found.setdefault(chat["campaign_id"], []).append(chat)  # type: ignore[index]
+    out = [{"id": k, "chats": v, "updated_at": max(c["updated_at"] for c in v)} for k, v in found.items()]
+    return sorted(out, key=lambda c: (c["updated_at"], c["id"]), reverse=True)
+
+
+def campaign(svc: Services, campaign_id: str) -> dict[str, Any]:
+    """One campaign with its chats, or NotFound."""
+    for found in campaigns(svc):
+        if found["id"] == campaign_id:
+            return found
+    raise NotFound("campaign_not_found", f"No campaign with id {campaign_id!r}.")
 
 
 def memory_enabled(conn: Connection, chat_id: str | None) -> bool:

@@ -56,7 +56,7 @@ from ..services import Services
 from ..settings import Settings
 from ..store import changes
 from ..store.db import Connection, loads
-from . import characters, chats, lore, memories, messages, notes, sessions, sheets, summaries
+from . import characters, chats, learned, lore, memories, messages, notes, sessions, sheets, summaries
 
 # The smallest context size a chat records (shared_schema/chat.json): a smaller budget is still
 # assembled, but it is no model's real window and must not shrink the chat's live window (RV2).
@@ -155,16 +155,18 @@ def history(svc: Services, chat: dict[str, Any], turn: Turn) -> list[Message]:
 
 
 def character_sheets(svc: Services, the_cast: Cast, present: dict[str, str],
-                     viewer_id: str) -> list[Item]:
+                     viewer_id: str, campaign_id: str | None = None) -> list[Item]:
     """Sheets of the present characters that have one, in presence order, as the speaker may
-    read them (secrets filtered by visibility.knows_secret inside sheets.render)."""
-    gen = changes.counter(svc, "characters")
+    read them (secrets filtered by visibility.knows_secret inside sheets.render), with the
+    fields learned in this campaign only (CP1, story/learned)."""
+    gen = changes.counters(svc, "characters", "chats")
     items = []
     for character_id in present:
         character = the_cast.by_id.get(character_id)
         if character is not None:
-            text = svc.cached("context_sheet", (gen, character_id, viewer_id),
-                              lambda c=character: sheets.render(c, viewer_id), size=4096)
+            text = svc.cached("context_sheet", (gen, character_id, viewer_id, campaign_id),
+                              lambda c=character: sheets.render(
+                                  learned.view(svc.db.reader(), c, campaign_id), viewer_id), size=4096)
             items.append(Item(character_id, text))
     return items
 
@@ -198,13 +200,15 @@ def campaign_notes(svc: Services, chat_id: str) -> list[Item]:
     return [Item(n["id"], n["text"]) for n in notes.open_notes(svc, chat_id)]
 
 
-def story_summary(svc: Services, chat_id: str) -> list[Item]:
+def story_summary(svc: Services, chat_id: str, viewer_id: str | None = None) -> list[Item]:
     """The latest full session summary, the 5 previous short ones, then the long-term,
-    consolidated and recent summaries (SW2, RV3), in sessions.story_summary_parts' order."""
+    consolidated and recent summaries (SW2, RV3) of the campaign's chats the viewer witnessed
+    (CP1), in sessions.story_summary_parts' order."""
     def read() -> list[Item]:
-        return [Item(p["id"], p["text"] or "") for p in sessions.story_summary_parts(svc, chat_id)]
-    # Hundreds of sessions' summaries are read again only when one of them changes.
-    return list(svc.cached("context_story_summary", (chat_id, changes.counter(svc, "summaries")), read, size=8))
+        return [Item(p["id"], p["text"] or "") for p in sessions.story_summary_parts(svc, chat_id, viewer_id)]
+    # Hundreds of sessions' summaries are read again only when one of them (or a campaign) changes.
+    key = (chat_id, viewer_id, changes.counters(svc, "summaries", "chats"))
+    return list(svc.cached("context_story_summary", key, read, size=8))
 
 
 @dataclass(frozen=True)
@@ -251,12 +255,13 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
                                  scan_texts(window, turn.last_action, rules.card_scan_min_actions),
                                  turn.speaker_id, chat["member_ids"], turn.present_ids)
     saved = saved_memories(svc, chat, turn)
-    summary = story_summary(svc, chat["id"])
+    summary = story_summary(svc, chat["id"], turn.speaker_id)
     found = (bank.bank_search(
         svc, speaker_id=turn.speaker_id, chat_id=chat["id"], member_ids=chat["member_ids"],
+        chat_ids=chats.same_campaign(conn, chat["id"]),
         text=last.text if last is not None else action.text, vector=query,
         live_ids={m.id for m in window}, held_ids={i.id for i in [*summary, *saved.pinned]},
-        speaker_names=lambda ids: messages.speaker_names(conn, chat["id"], ids))
+        speaker_names=lambda of_chat, ids: messages.speaker_names(conn, of_chat, ids))
         if query is not None and characters.learning_enabled(conn, turn.speaker_id) else [])
     cards = story_cards(svc, turn.speaker_id,
                         [m.text for m in window] + ([last.text] if last is not None else []))
@@ -266,7 +271,7 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
         authors_note=turn.authors_note, front_memory=turn.front_memory,
         story_summary=summary,
         pinned_memories=saved.pinned,
-        character_sheets=character_sheets(svc, the_cast, present, turn.speaker_id),
+        character_sheets=character_sheets(svc, the_cast, present, turn.speaker_id, chat["campaign_id"]),
         campaign_notes=campaign_notes(svc, chat["id"]),
         story_cards=cards,
         card_stats=card_stats(conn, chat["id"], cards),

@@ -111,6 +111,9 @@ def rename_chat(svc: Services, chat_id: str, new_id: str) -> dict[str, Any]:
             raise Conflict("chat_exists", f"A chat with id {new_id!r} already exists.")
         chats.rename(conn, chat_id, new_id, svc.clock.iso())
         rekey(conn, "chat_id", chat_id, new_id)
+        # CP1, CP2: a campaign named after the chat, and branches of it, follow the new name.
+        rekey(conn, "campaign_id", chat_id, new_id)
+        rekey(conn, "branch_of_chat", chat_id, new_id)
         docs.moved_chat(conn, chat_id, new_id)
         return chats.fetch(conn, new_id)  # type: ignore[return-value]
 

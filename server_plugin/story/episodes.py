@@ -371,6 +371,31 @@ def forget_messages(svc: Services, conn: Connection, chat_id: str, message_ids: 
     return {"episodes": _delete_rows(conn, doomed), "episodes_trimmed": stripped, "told_events": untold}
 
 
+def copy_for_branch(conn: Connection, parent_id: str, branch_id: str, copied: set[str]) -> dict[str, str]:
+    """CP2: copy the parent's character memories and scene summaries derived only from copied
+    messages (`copied`: their ids) into the branch, with their sources and search entries
+    (vectors copied), no job queued. Returns {parent item id: copy's id}."""
+    sources: dict[str, set[str]] = {}
+    for r in conn.execute("SELECT episode_id, message_id FROM episode_sources WHERE chat_id=?", (parent_id,)):
+        sources.setdefault(r["episode_id"], set()).add(r["message_id"])
+    mapping: dict[str, str] = {}
+    kinds: dict[str, list[tuple[str, str]]] = {}
+    for row in conn.execute("SELECT * FROM episodes WHERE chat_id=?", (parent_id,)).fetchall():
+        cited = sources.get(row["id"])
+        if not cited or not cited <= copied:
+            continue
+        new_id = mapping[row["id"]] = chats.branch_ref(branch_id, row["id"])
+        values = {**dict(row), "id": new_id, "chat_id": branch_id}
+        conn.execute(f"INSERT INTO episodes({', '.join(values)}) VALUES ({','.join('?' * len(values))})",
+                     tuple(values.values()))
+        conn.executemany("INSERT INTO episode_sources(episode_id, chat_id, message_id) VALUES (?,?,?)",
+                         [(new_id, branch_id, m) for m in sorted(cited)])
+        kinds.setdefault(row["kind"], []).append((row["id"], new_id))
+    for kind, pairs in kinds.items():
+        docs.copy_many(conn, kind, pairs, chat_id=branch_id)
+    return mapping
+
+
 def _messages_deleted(svc: Services, conn: Connection, chat_id: str, message_ids: list[str]) -> dict[str, int]:
     return forget_messages(svc, conn, chat_id, message_ids)
 

@@ -3,7 +3,9 @@
 Rules: RV4 (scope: one character or global), RV5 (a group reads every member's scope plus global),
 RV6 (a deleted character's memories become global), RV7 (per-turn selection), RV8 (quotas; overflow
 archives, never deletes), RV10–RV12 (who may change what; rollback by turn), RV14 (learn from chat),
-RV16 (memory switched off for a chat), RV19 (delete all in two steps), SW9b (known_by).
+RV16 (memory switched off for a chat), RV19 (delete all in two steps), SW9b (known_by), CP1 (a
+memory a model or a job filed in a chat belongs to that chat's campaign and is read only there,
+until a person moves it: a person's PATCH with a `scope` releases it to that scope everywhere).
 
 Owns: memories.
 """
@@ -42,7 +44,7 @@ def to_dict(row: Any, svc: Services, threshold: str | None = None) -> dict[str, 
         "id": row["id"], "text": row["text"], "scope": row["scope"],
         "character_id": row["character_id"], "pinned": bool(row["pinned"]),
         "archived": bool(row["archived"]), "actor": row["actor"], "chat_id": row["chat_id"],
-        "turn_id": row["turn_id"], "known_by": loads(row["known_by"]),
+        "campaign_id": row["campaign_id"], "turn_id": row["turn_id"], "known_by": loads(row["known_by"]),
         "source_message_ids": _ids(row["source_message_ids"]),
         "created_at": row["created_at"], "updated_at": row["updated_at"],
         "recent": row["updated_at"] >= threshold,
@@ -182,11 +184,14 @@ def create(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
         _check_writer(conn, data["actor"], character_id, data.get("chat_id"), pinned)
         if pinned:
             _check_pin_quota(svc, conn, scope, character_id)
+        # CP1: derived from play (a model's or a job's), it stays in the chat's campaign.
+        campaign = None if data["actor"] == PERSON else chats.campaign_of(conn, data.get("chat_id"))
         conn.execute(
-            "INSERT INTO memories(id, text, scope, character_id, pinned, actor, chat_id, turn_id,"
-            " known_by, source_message_ids, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO memories(id, text, scope, character_id, pinned, actor, chat_id, campaign_id,"
+            " turn_id, known_by, source_message_ids, created_at, updated_at)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (memory_id, text, scope, character_id, int(pinned), data["actor"], data.get("chat_id"),
-             data.get("turn_id"), dumps(_known(data.get("known_by"))),
+             campaign, data.get("turn_id"), dumps(_known(data.get("known_by"))),
              dumps(list(data.get("source_message_ids", []))), now, now))
         _index(conn, memory_id, prepared, now, data.get("chat_id"), character_id, data.get("known_by"),
                data.get("source_message_ids", []))
@@ -233,13 +238,16 @@ def update(svc: Services, memory_id: str, data: dict[str, Any]) -> dict[str, Any
         if new["pinned"] and (not row["pinned"] or moved):
             _check_pin_quota(svc, conn, new["scope"], new["character_id"], exclude_id=memory_id)
         now = svc.clock.iso()
+        # CP1: a person placing a campaign's memory in a scope moves it out of the campaign.
+        released = actor == PERSON and "scope" in data and row["campaign_id"] is not None
+        campaign = None if released else row["campaign_id"]
         conn.execute(
             "UPDATE memories SET text=?, scope=?, character_id=?, pinned=?, archived=?, known_by=?,"
-            " updated_at=?, version=version+1 WHERE id=?",
+            " campaign_id=?, updated_at=?, version=version+1 WHERE id=?",
             (new["text"], new["scope"], new["character_id"], int(new["pinned"]), int(new["archived"]),
-             dumps(_known(new["known_by"])), now, memory_id))
-        _index(conn, memory_id, prepared, row["created_at"], row["chat_id"], new["character_id"],
-               new["known_by"], _ids(row["source_message_ids"]))
+             dumps(_known(new["known_by"])), campaign, now, memory_id))
+        _index(conn, memory_id, prepared, row["created_at"], None if released else row["chat_id"],
+               new["character_id"], new["known_by"], _ids(row["source_message_ids"]))
         archived = [] if new["pinned"] else _archive_overflow(svc, conn, new["scope"], new["character_id"])
         result = to_dict(_fetch_row(conn, memory_id), svc)
     result["archived_ids"] = [a for a in archived if a != memory_id]
@@ -378,11 +386,13 @@ def _select_for_turn(svc: Services, chat_id: str, speaker_id: str) -> dict[str, 
         return {**empty, "reason": "learning_disabled"}
     members = list(dict.fromkeys([speaker_id, *chat["member_ids"]]))
     scopes: list[tuple[str, str | None]] = [("global", None)] + [("character", c) for c in members]
-    # The scopes involved (RV5) and what the speaker may know (SW9b), as one SQL condition.
+    # The scopes involved (RV5), what the speaker may know (SW9b) and the chat's campaign (CP1),
+    # as one SQL condition.
     knows, knows_args = known_by_sql(speaker_id, "memories.known_by")
     where = (f"archived=0 AND (scope='global' OR (scope='character' AND character_id IN"
-             f" ({','.join('?' * len(members))}))) AND {knows}")
-    args = [*members, *knows_args]
+             f" ({','.join('?' * len(members))}))) AND {knows}"
+             " AND (campaign_id IS NULL OR campaign_id=?)")
+    args = [*members, *knows_args, chat["campaign_id"]]
     pinned = conn.execute(f"SELECT * FROM memories WHERE pinned=1 AND {where}"
                           " ORDER BY updated_at DESC, id DESC", args).fetchall()
     counts = {(r[0], r[1]): r[2] for r in conn.execute(
@@ -415,8 +425,38 @@ def _character_deleted(svc: Services, conn: Connection, character_id: str) -> di
     return {"memories_made_global": make_global(svc, conn, character_id)}
 
 
+def copy_for_branch(svc: Services, conn: Connection, parent_id: str, branch_id: str, campaign_id: str,
+                    copied: set[str]) -> int:
+    """CP2, CP1a: the memories a model or a job filed from the parent's messages before the
+    branch point (`copied`: their ids) are copied into the branch's campaign, vectors copied.
+    A person's memories are read everywhere already and are not copied. Returns how many."""
+    rows = conn.execute("SELECT * FROM memories WHERE chat_id=? AND campaign_id IS NOT NULL AND"
+                        " source_message_ids != '[]'", (parent_id,)).fetchall()
+    n = 0
+    for r in rows:
+        if not set(loads(r["source_message_ids"])) <= copied:
+            continue
+        new_id = chats.branch_ref(branch_id, r["id"])
+        values = {**dict(r), "id": new_id, "chat_id": branch_id, "campaign_id": campaign_id}
+        conn.execute(f"INSERT INTO memories({', '.join(values)}) VALUES ({','.join('?' * len(values))})",
+                     tuple(values.values()))
+        docs.copy(conn, KIND, r["id"], new_id, chat_id=branch_id)
+        n += 1
+    return n
+
+
+def _chat_moved(svc: Services, conn: Connection, chat_id: str, old: str, new: str,
+                left: list[str]) -> dict[str, int]:
+    """CP1: the memories filed from a chat's play follow it to its new campaign."""
+    n = conn.execute("UPDATE memories SET campaign_id=? WHERE chat_id=? AND campaign_id IS NOT NULL",
+                     (new, chat_id)).rowcount
+    return {"memories": n}
+
+
 def register(jobs: JobKinds, hooks: Hooks) -> None:
     """A rolled-back turn takes back the memories it saved (RV10; never pinned ones, RV11); a
-    deleted character's memories become global (RV6)."""
+    deleted character's memories become global (RV6); a chat's memories follow it to another
+    campaign (CP1)."""
     hooks.turn_rolled_back.connect(_rollback)
     hooks.character_deleted.connect(_character_deleted)
+    hooks.chat_moved.connect(_chat_moved)

@@ -360,6 +360,40 @@ def set_session(conn: Connection, row: Any, n: int) -> None:
     index.update_meta(conn, KIND, str(row["seq"]), session_key=session_key(row["chat_id"], n))
 
 
+def copy_prefix(conn: Connection, parent_id: str, branch_id: str, upto: Any) -> tuple[dict[int, int], set[str]]:
+    """CP2: copy the parent's messages up to and including `upto` (a row) into an empty branch,
+    with their search entries and vectors (never embedded again), their sessions and their
+    deep-memory marks (what was read is not read again); their summaries are summaries' to map.
+    Returns ({parent seq: branch seq}, the copied messages' ids)."""
+    upto_args = (upto["position"], upto["position"], upto["seq"])
+    before = "(position < ? OR (position = ? AND seq <= ?))"
+    columns = ", ".join(c[1] for c in conn.execute("PRAGMA table_info(messages)")
+                        if c[1] not in ("seq", "chat_id", "summary_id"))
+    # Set-based: a branch of thousands of messages is copied in a few statements.
+    conn.execute(f"INSERT INTO messages(chat_id, {columns}) SELECT ?, {columns} FROM messages"
+                 f" WHERE chat_id=? AND {before} ORDER BY {ORDER}", (branch_id, parent_id, *upto_args))
+    rows = conn.execute("SELECT p.seq, b.seq, p.id FROM messages p JOIN messages b ON b.chat_id=?"
+                        " AND b.id = p.id WHERE p.chat_id=? AND (p.position < ? OR (p.position = ?"
+                        " AND p.seq <= ?))", (branch_id, parent_id, *upto_args)).fetchall()
+    seqs = {int(r[0]): int(r[1]) for r in rows}
+    index.copy_many(conn, KIND, [(str(a), str(b)) for a, b in seqs.items()], chat_id=branch_id,
+                    from_chat=parent_id)
+    return seqs, {r[2] for r in rows}
+
+
+def copied_summaries(conn: Connection, parent_id: str, branch_id: str, mapping: dict[str, str]) -> None:
+    """The branch's copied messages are covered by the copies of their parent's summaries."""
+    rows = conn.execute("SELECT id, summary_id FROM messages WHERE chat_id=? AND summary_id IS NOT NULL",
+                        (parent_id,)).fetchall()
+    conn.executemany("UPDATE messages SET summary_id=? WHERE chat_id=? AND id=?",
+                     [(mapping[r["summary_id"]], branch_id, r["id"]) for r in rows if r["summary_id"] in mapping])
+
+
+def count(conn: Connection, chat_id: str) -> int:
+    """How many messages a chat holds."""
+    return int(conn.execute("SELECT count(*) FROM messages WHERE chat_id=?", (chat_id,)).fetchone()[0])
+
+
 def set_summary(conn: Connection, rows: Sequence[Any], summary_id: str) -> None:
     """These messages are covered by a recent summary (summaries.py, RV3)."""
     conn.executemany("UPDATE messages SET summary_id=? WHERE seq=?", [(summary_id, r["seq"]) for r in rows])

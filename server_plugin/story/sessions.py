@@ -225,28 +225,84 @@ def _index(conn: Connection, chat_id: str, n: int, row: Any, prepared: docs.Prep
 
 
 # --- for the context assembler ---------------------------------------------------------------
-def story_summary_parts(svc: Services, chat_id: str) -> list[dict[str, Any]]:
-    """The Story Summary's parts, in this order (SW2, RV3): the latest full session summary, the
-    short summaries of the `session_shorts_in_context` (5) sessions before it (oldest first), then
-    the long-term, consolidated and recent summaries (each oldest first). Each part:
-    `{id, kind, text, session?}`, kind one of session_full, session_short, long_term,
-    consolidated, recent."""
+def story_summary_parts(svc: Services, chat_id: str, viewer_id: str | None = None) -> list[dict[str, Any]]:
+    """The Story Summary's parts, in this order (SW2, RV3, CP1): the latest full session summary,
+    the short summaries of the `session_shorts_in_context` (5) sessions before it (oldest first),
+    then the long-term, consolidated and recent summaries (each oldest first) of the campaign's
+    earlier chats in time order, then the chat's own. Sessions are picked across those chats by
+    time. An earlier chat counts only when the viewer (None: a person) was one of its members: a
+    character knows the story it witnessed (SW9b). Each part: `{id, kind, text, session?}`, kind
+    one of session_full, session_short, long_term, consolidated, recent; a session of another
+    chat is named `session:<chat>#<n>:…`."""
     shorts = svc.settings.session_shorts_in_context
     with svc.db.read() as conn:
-        done = conn.execute("SELECT * FROM sessions WHERE chat_id=? AND full IS NOT NULL ORDER BY n DESC"
-                            " LIMIT ?", (chat_id, shorts + 1)).fetchall()
-        tiers = summaries.visible(conn, chat_id)
+        story = story_chats(conn, chat_id, viewer_id)
+        marks = ",".join("?" * len(story))
+        done = conn.execute(f"SELECT * FROM sessions WHERE chat_id IN ({marks}) AND full IS NOT NULL"
+                            " ORDER BY last_at DESC, n DESC LIMIT ?",
+                            (*story, shorts + 1)).fetchall()
+        tiers = [summaries.visible(conn, c) for c in story]
     parts: list[dict[str, Any]] = []
+
+    def name(row: Any) -> str:
+        return str(row["n"]) if row["chat_id"] == chat_id else search_ref(row["chat_id"], row["n"])
     if done:
         latest = done[0]
-        parts.append({"id": f"session:{latest['n']}:full", "kind": "session_full",
+        parts.append({"id": f"session:{name(latest)}:full", "kind": "session_full",
                       "session": latest["n"], "text": _full(latest)})
-        parts += [{"id": f"session:{r['n']}:short", "kind": "session_short", "session": r["n"],
+        parts += [{"id": f"session:{name(r)}:short", "kind": "session_short", "session": r["n"],
                    "text": r["short"]} for r in reversed(done[1:])]
-    for tier in ("long_term", "consolidated", "recent"):
-        parts += [{"id": r["id"], "kind": tier, "text": summaries.render(r["text"], loads(r["quotes"]) or [])}
-                  for r in tiers[tier]]
+    for of_chat in tiers:
+        for tier in ("long_term", "consolidated", "recent"):
+            parts += [{"id": r["id"], "kind": tier, "text": summaries.render(r["text"], loads(r["quotes"]) or [])}
+                      for r in of_chat[tier]]
     return parts
+
+
+def story_chats(conn: Connection, chat_id: str, viewer_id: str | None) -> list[str]:
+    """The chats whose story a chat's Story Summary tells (CP1): its campaign's chats up to and
+    including it, oldest first, the earlier ones only where the viewer was a member."""
+    ordered = chats.same_campaign(conn, chat_id)
+    earlier = ordered[:ordered.index(chat_id)] if chat_id in ordered else []
+    return [c for c in earlier if viewer_id is None or viewer_id in chats.members(conn, c)] + [chat_id]
+
+
+def campaign_sessions(svc: Services, campaign_id: str) -> list[dict[str, Any]]:
+    """Every session of a campaign's chats with its short summary, in time order (CP1, SW2);
+    each keeps its chat's number and names its chat."""
+    chat_ids = [c["id"] for c in chats.campaign(svc, campaign_id)["chats"]]
+    out = []
+    with svc.db.read() as conn:
+        for chat_id in chat_ids:
+            counts = messages.count_by_session(conn, chat_id)
+            for r in conn.execute("SELECT * FROM sessions WHERE chat_id=?", (chat_id,)):
+                out.append({**to_dict(r, counts.get(r["n"], 0)), "chat_id": chat_id})
+    return sorted(out, key=lambda s: (s["started_at"], s["chat_id"], s["n"]))
+
+
+def copy_for_branch(conn: Connection, parent_id: str, branch_id: str, upto: Any) -> int:
+    """CP2: copy the parent's sessions up to the branch point `upto` (the last copied message's
+    row) into the branch, with their summaries and search entries, no job queued. The session
+    the branch point falls in is copied open and unsummarised unless the branch point is its
+    last message and it had ended: the branch goes on with it. Returns how many were copied."""
+    n_at = upto["session_n"]
+    if n_at is None:
+        return 0
+    last = messages.ordered(conn, parent_id, "session_n=?", [n_at])[-1]["position"]
+    rows = conn.execute("SELECT * FROM sessions WHERE chat_id=? AND n<=?", (parent_id, n_at)).fetchall()
+    for r in rows:
+        whole = r["n"] < n_at or (r["state"] != "open" and last == upto["position"])
+        values = dict(r)
+        if not whole:
+            values.update(state="open", ended_at=None, end_reason=None, full=None, short=None,
+                          quotes="[]", stale=0, last_at=upto["sent_at"])
+        values["chat_id"] = branch_id
+        conn.execute(f"INSERT INTO sessions({', '.join(values)}) VALUES ({','.join('?' * len(values))})",
+                     tuple(values.values()))
+        if whole:
+            docs.copy(conn, KIND, search_ref(parent_id, r["n"]), search_ref(branch_id, r["n"]),
+                      chat_id=branch_id)
+    return len(rows)
 
 
 def delete_for_chat(conn: Connection, chat_id: str) -> int:

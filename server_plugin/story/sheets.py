@@ -20,6 +20,9 @@
   them as refused. Secrets are neither shown nor written (who knows a secret is visibility's).
   Not queued in extractive mode (without a model nothing is inferred about a character), nor
   when the chat's memory is off (RV16).
+- **Campaigns** (CP1): what a job writes is learned in the chat's campaign (story/learned): the
+  context and the next job's prompt read the campaign's view of a sheet, so a field learned in
+  one campaign is not in another's.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from ..jobs.tasks.sheets import Newcomer, SheetInput, sheet_updates
 from ..retrieval.visibility import knows_secret
 from ..services import Services
 from ..store.db import Connection
-from . import characters, chats, extraction, messages
+from . import characters, chats, extraction, learned, messages
 
 if TYPE_CHECKING:
     from ..jobs.tasks.base import Prompt
@@ -141,6 +144,7 @@ def _apply_drafts(svc: Services, conn: Connection, job: queue.Job, result: Any, 
         fields = {"first_appearance": f"Session {n} of {where}, {rows[0]['sent_at'][:10]}",
                   "quotes": "\n".join(quotes)}
         characters.update_sheet(svc, character_id, fields, actor="background", name=name)
+        learned.record(svc, conn, character_id, job.chat_id, fields)
         drafted.append(character_id)
     return {"drafted": drafted}
 
@@ -232,7 +236,8 @@ def _build_updates(svc: Services, job: queue.Job) -> Prompt | None:
     if not rows:
         return None
     cast = present(conn, job.chat_id, rows)
-    sheets = [_sheet(characters.fetch(conn, c.id)) for c in cast
+    campaign = chats.campaign_of(conn, job.chat_id)
+    sheets = [_sheet(learned.view(conn, characters.fetch(conn, c.id), campaign)) for c in cast  # type: ignore[arg-type]
               if characters.learning_enabled(conn, c.id)]
     shown = {_speaker(r) for r in rows}
     found = [x for x in newcomers(svc, conn, job.chat_id, n) if x.name in shown]
@@ -259,7 +264,7 @@ def _draft_target(conn: Connection, name: str) -> tuple[str | None, str]:
 
 
 def _write(svc: Services, conn: Connection, character_id: str, fields: dict[str, str], name: str | None,
-           out: dict[str, Any]) -> None:
+           out: dict[str, Any], chat_id: str | None = None) -> None:
     """One proposal through `update_sheet` (protected fields refused), unless the character
     does not learn from chat (RV14) or is gone."""
     if not characters.learning_enabled(conn, character_id):
@@ -270,6 +275,8 @@ def _write(svc: Services, conn: Connection, character_id: str, fields: dict[str,
         return
     created = characters.fetch(conn, character_id) is None
     written = characters.update_sheet(svc, character_id, fields, actor="background", name=name)
+    learned.record(svc, conn, character_id, chat_id, fields,
+                   kept=characters.protected_fields(written["character"]))
     if created:
         out["drafted"].append(character_id)
     if written["applied"]:
@@ -291,9 +298,9 @@ def _apply_updates(svc: Services, conn: Connection, job: queue.Job, result: Shee
         if character_id is None:
             out["skipped"].append(why_not)
         else:
-            _write(svc, conn, character_id, draft.fields, draft.name, out)
+            _write(svc, conn, character_id, draft.fields, draft.name, out, job.chat_id)
     for update in result.updates:
-        _write(svc, conn, update.character_id, update.fields, None, out)
+        _write(svc, conn, update.character_id, update.fields, None, out, job.chat_id)
     return out
 
 
@@ -304,3 +311,10 @@ def register(jobs: JobKinds, hooks: Hooks) -> None:
     jobs.register(UPDATES_KIND, _apply_updates, build=_build_updates)
     hooks.session_ended.connect(_queue_drafts)
     hooks.session_ended.connect(_queue_updates)
+    hooks.chat_moved.connect(learned.chat_moved)
+    hooks.character_deleted.connect(_character_deleted)
+
+
+def _character_deleted(svc: Services, conn: Connection, character_id: str) -> dict[str, int]:
+    learned.forget_character(conn, character_id)
+    return {}

@@ -108,6 +108,34 @@ def _insert(svc: Services, conn: Connection, chat_id: str, tier: str, covers: li
     return summary_id
 
 
+def copy_for_branch(conn: Connection, parent_id: str, branch_id: str, copied: set[str],
+                    seqs: dict[int, int]) -> dict[str, str]:
+    """CP2: copy the parent's written summaries that cover only copied messages (`copied`: their
+    ids), tier by tier (a merged summary when all its children were copied), into the branch, no
+    job queued; a summary straddling the branch point is not copied (the branch derives its own).
+    Returns {parent summary id: copy's id}."""
+    rows = conn.execute(f"SELECT * FROM summaries WHERE chat_id=? AND text IS NOT NULL ORDER BY {ORDER}",
+                        (parent_id,)).fetchall()
+    mapping: dict[str, str] = {}
+    for tier in TIERS:
+        for r in (r for r in rows if r["tier"] == tier):
+            covers = loads(r["covers"]) or []
+            inside = copied if tier == "recent" else mapping
+            if covers and all(c in inside for c in covers) and r["pos_seq"] in seqs:
+                mapping[r["id"]] = chats.branch_ref(branch_id, r["id"])
+    columns = [c for c in rows[0].keys() if c not in ("id", "chat_id", "covers", "parent_id", "pos_seq")] if rows else []
+    for r in rows:
+        if r["id"] not in mapping:
+            continue
+        covers = loads(r["covers"]) if r["tier"] == "recent" else [mapping[c] for c in loads(r["covers"])]
+        conn.execute(f"INSERT INTO summaries(id, chat_id, covers, parent_id, pos_seq, {', '.join(columns)})"
+                     f" VALUES (?,?,?,?,?,{','.join('?' * len(columns))})",
+                     (mapping[r["id"]], branch_id, dumps(covers), mapping.get(r["parent_id"]),
+                      seqs[r["pos_seq"]], *(r[c] for c in columns)))
+    messages.copied_summaries(conn, parent_id, branch_id, mapping)
+    return mapping
+
+
 def visible(conn: Connection, chat_id: str) -> dict[str, list[Any]]:
     """Summaries with a text, by tier, in order; children of a finished merge are left out."""
     rows = conn.execute(

@@ -61,6 +61,13 @@ export class FakeSidecar {
         }
         return { deleted: id };
     }
+    async getChat(id) {
+        this.record('getChat', id);
+        const chat = this.chats.get(id);
+        if (!chat) throw new SidecarError({ status: 404, code: 'chat_not_found', message: 'no chat' });
+        const { messages, ...rest } = chat;
+        return { chat: { id, ...structuredClone(rest) } };
+    }
     async putChat(id, body) {
         this.record('putChat', id, body);
         const chat = this.chats.get(id) ?? { messages: new Map() };

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 
 import { SidecarClient, queryString } from '../../extension/src/client.js';
 import { BAR_GROUPS, budgetSegments, entryGroups, entryName, percentages, reasonLabel, reportSections } from '../../extension/src/panel/budget.js';
-import { fieldKey, fieldLabel } from '../../extension/src/panel/characters.js';
+import { campaignChoices, fieldKey, fieldLabel } from '../../extension/src/panel/characters.js';
 import { DraftReview, SelectionSet, fitLines, limitMessage, rawDrafts, runLengths } from '../../extension/src/panel/drafts_model.js';
 import { costSummary, jobSummary, tokensText } from '../../extension/src/panel/jobs.js';
 import { PANEL_LIMITS } from '../../extension/src/panel/limits.js';
@@ -353,4 +353,19 @@ test('qs8: the Context tab names what search recalled into the memory bank', () 
     assert.equal(entryName('session_summary:chat#3', labels), 'recalled a session summary');
     assert.equal(entryName('character_memory:ep_2', labels), 'recalled a character memory');
     assert.equal(entryName('lore_9', labels), 'lore_9');
+});
+
+test('cp1: the panel offers a chat its own campaign or another\'s, with the current one chosen', () => {
+    const campaigns = [
+        { id: 'g', chats: [{ id: 'g', title: 'Party' }, { id: 's', title: null }] },
+        { id: 'x', chats: [{ id: 'x', title: 'Cora' }] },
+        { id: 'lone', chats: [{ id: 'lone', title: null }] },
+    ];
+    assert.deepEqual(campaignChoices(campaigns, 's'), {
+        options: [['s', 'This chat alone'], ['g', 'With Party'], ['x', 'With Cora'], ['lone', 'With lone']], current: 'g',
+    });
+    const alone = campaignChoices(campaigns, 'lone');
+    assert.equal(alone.current, 'lone');
+    assert.deepEqual(alone.options.map(([v]) => v), ['lone', 'g', 'x']);
+    assert.equal(campaignChoices([], 'new').current, 'new');
 });

@@ -281,3 +281,34 @@ test('dc2: a hold never outlives its limit', async () => {
     await s.sync.syncCurrentChat('MESSAGE_SENT').done;
     assert.ok(s.sidecar.chats.get('Seraphina - 1').messages.has('u2'));
 });
+
+test('cp2: a branch SillyTavern made is registered with branch_of at its last message, once, when the sidecar does not know it', async () => {
+    const chat = [msg('u1', { user: true }), msg('r1', { turn: 't1' })];
+    const s = setup({ chat, chatId: 'Seraphina - 1 Branch #1' });
+    s.ctx.chatMetadata = { main_chat: 'Seraphina - 1' };
+    await s.sync.syncCurrentChat('test').done;
+    const puts = s.sidecar.calls.filter(c => c[0] === 'putChat');
+    assert.deepEqual(puts.map(c => c[2].branch_of), [{ chat_id: 'Seraphina - 1', message_id: 'r1' }]);
+    // The branch goes on: a later registration (a new member) sends no branch point again.
+    chat.push(msg('u2', { user: true }));
+    s.ctx.characterId = undefined;
+    s.ctx.groupId = 'g1';
+    s.ctx.groups = [{ id: 'g1', name: 'Party', members: ['Seraphina.png', 'Luke.png'] }];
+    await s.sync.syncCurrentChat('test').done;
+    assert.equal(s.sidecar.calls.filter(c => c[0] === 'putChat').at(-1)[2].branch_of, undefined);
+});
+
+test('cp2: a checkpoint opened after the sidecar already knows it, and a chat that is no branch, send no branch_of', async () => {
+    const sidecar = new FakeSidecar();
+    await sidecar.putChat('Seraphina - 1 Checkpoint', { member_ids: ['Seraphina.png'] });
+    const known = setup({ chat: [msg('u1', { user: true })], chatId: 'Seraphina - 1 Checkpoint', sidecar });
+    known.ctx.chatMetadata = { main_chat: 'Seraphina - 1' };
+    await known.sync.syncCurrentChat('test').done;
+    const plain = setup({ chat: [msg('u1', { user: true })] });
+    plain.ctx.chatMetadata = {};
+    await plain.sync.syncCurrentChat('test').done;
+    for (const s of [known, plain]) {
+        assert.ok(s.sidecar.calls.filter(c => c[0] === 'putChat').every(c => c[2].branch_of === undefined));
+    }
+    assert.equal(plain.sidecar.calls.some(c => c[0] === 'getChat'), false);
+});

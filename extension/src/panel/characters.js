@@ -1,7 +1,8 @@
-// The Characters tab (SW1, SW9b, RV14, RV16): a character's sheet (free fields and secrets with who
-// knows them), its "learn from chat" switch, and the open chat's memory switch.
+// The Characters tab (SW1, SW9b, RV14, RV16, CP1): a character's sheet (free fields and secrets with
+// who knows them), its "learn from chat" switch, the open chat's memory switch and its campaign
+// (join another chat's campaign, or split off into one of its own).
 // Routes: GET /v1/characters, PUT /v1/characters/{id} (fields left out keep their values),
-// GET /v1/chats/{id}, PUT /v1/chats/{id}.
+// GET /v1/chats/{id}, PUT /v1/chats/{id}, GET /v1/campaigns.
 
 import { autoGrow, button, checkbox, clear, el, iconButton, messageLine, newId, select, setDisabled } from './dom.js';
 import { describeError } from './memory_model.js';
@@ -23,6 +24,23 @@ export function fieldLabel(key) {
 }
 
 /**
+ * Rule CP1: the campaigns a chat may belong to, as [value, label] options: its own (alone), then
+ * every other campaign named by its chats. The chat's current campaign is `current`.
+ * @param {Array<{id: string, chats: Array<{id: string, title?: string|null}>}>} campaigns
+ * @param {string} chatId
+ * @returns {{options: Array<[string, string]>, current: string}}
+ */
+export function campaignChoices(campaigns, chatId) {
+    const mine = campaigns.find(c => c.chats.some(ch => ch.id === chatId));
+    const current = mine?.id ?? chatId;
+    const others = campaigns.filter(c => c.id !== chatId);
+    const options = [[chatId, 'This chat alone'],
+        ...others.map(c => [c.id, `With ${c.chats.filter(ch => ch.id !== chatId).map(ch => ch.title || ch.id).join(', ') || c.id}`])];
+    if (!options.some(([v]) => v === current)) options.push([current, `Campaign ${current}`]);
+    return { options, current };
+}
+
+/**
  * @param {import('./panel.js').PanelContext} pctx
  */
 export function createCharactersTab(pctx, remembered) {
@@ -37,7 +55,8 @@ class CharactersTab {
         this.known = new Map();
         this.chatSwitch = checkbox('Memory for this chat', { onChange: (on) => this.setChatMemory(on) });
         this.chatNote = el('small', { class: 'chronicler-hint', text: 'Off: nothing is saved or recalled in this chat; every attempt starts blank.' });
-        this.chatBox = el('div', { class: 'chronicler-form chronicler-chat-switch', attrs: { role: 'group', 'aria-label': 'This chat' } }, this.chatSwitch, this.chatNote);
+        this.campaign = el('label', { class: 'chronicler-campaign', text: 'Campaign ' });
+        this.chatBox = el('div', { class: 'chronicler-form chronicler-chat-switch', attrs: { role: 'group', 'aria-label': 'This chat' } }, this.chatSwitch, this.chatNote, this.campaign);
         this.picker = select([], { label: 'Character', onChange: (id) => { this.remembered.id = id; this.renderSheet(); } });
         this.message = messageLine();
         this.sheet = el('div', { class: 'chronicler-sheet' });
@@ -59,11 +78,41 @@ class CharactersTab {
             this.chatRecord = (await this.pctx.client().getChat(chatId))?.chat;
             this.chatSwitch.input.checked = this.chatRecord?.memory_enabled !== false;
             this.chatSwitch.input.disabled = false;
+            await this.loadCampaigns(chatId);
         } catch (error) {
             this.chatRecord = null;
             this.chatSwitch.input.disabled = true;
             this.chatNote.textContent = error?.code === 'chat_not_found'
                 ? 'The sidecar has not seen this chat yet; send a message first.' : describeError(error);
+        }
+    }
+
+    /** CP1: which campaign the chat is in, and a choice to join another or go alone. */
+    async loadCampaigns(chatId) {
+        let campaigns;
+        try {
+            campaigns = (await this.pctx.client().listCampaigns())?.campaigns ?? [];
+        } catch {
+            clear(this.campaign);  // an older sidecar without campaigns: nothing to choose
+            return;
+        }
+        const { options, current } = campaignChoices(campaigns, chatId);
+        const picker = select(options, { value: current, label: 'Campaign', onChange: (value) => this.setCampaign(value, picker, current) });
+        clear(this.campaign).append('Campaign ', picker);
+    }
+
+    async setCampaign(campaignId, picker, previous) {
+        const { chatId } = this.pctx.chat();
+        if (!chatId || !this.chatRecord) return;
+        const body = { member_ids: this.chatRecord.member_ids, campaign_id: campaignId };
+        if (this.chatRecord.title) body.title = this.chatRecord.title;
+        try {
+            this.chatRecord = (await this.pctx.client().putChat(chatId, body))?.chat ?? this.chatRecord;
+            this.message.show(campaignId === chatId ? 'This chat is a campaign of its own now.'
+                : 'This chat joined the campaign: its memory covers the campaign\'s chats.', 'ok');
+        } catch (error) {
+            picker.value = previous;
+            this.message.show(describeError(error), 'error');
         }
     }
 

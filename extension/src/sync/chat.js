@@ -8,7 +8,7 @@ import { allowNotFound, isMissingRoute } from '../client.js';
 import { CastSync, chatMembers, chatTitle } from './cast.js';
 import { ChatLedger, listAllIds, orphanIds, reconcile } from './ledger.js';
 import { SyncQueue } from './queue.js';
-import { chatRecords, ensureIds, idMaker, messageId } from './records.js';
+import { branchLink, chatRecords, ensureIds, idMaker, messageId } from './records.js';
 
 /**
  * Split a list into batches of at most `size`.
@@ -21,6 +21,16 @@ export function batches(items, size) {
     const out = [];
     for (let i = 0; i < items.length; i += size) out.push(items.slice(i, i + size));
     return out;
+}
+
+/** True when the sidecar has no such chat yet (any other answer: not known to be new). */
+async function isNewChat(client, chatId) {
+    try {
+        await client.getChat(chatId);
+        return false;
+    } catch (error) {
+        return error?.status === 404 && error?.code === 'chat_not_found';
+    }
 }
 
 /** The sidecar's copy of every chat this page opened, and the calls that keep it in step. */
@@ -133,14 +143,15 @@ export class ChatSync {
             members,
             cards: members.memberIds.map(id => ctx.characters?.find(c => c.avatar === id)).filter(Boolean),
             title: chatTitle(ctx),
+            branch: branchLink(ctx),
         };
     }
 
     /** The network part of a sync: register, roll back, delete what vanished, upsert changes. */
-    async push(chatId, { records, members, cards, title }) {
+    async push(chatId, { records, members, cards, title, branch }) {
         const client = this.deps.getClient();
         await this.cast.register(client, cards);
-        await this.registerChat(client, chatId, members.memberIds, title);
+        await this.registerChat(client, chatId, members.memberIds, title, branch);
         await this.drainRollbacks(client, chatId);
         await this.drainDeletes(client, chatId);
         await this.deleteOrphans(client, chatId, records);
@@ -151,12 +162,17 @@ export class ChatSync {
         }
     }
 
-    /** Tell the sidecar about the chat and its members (again only when they changed). */
-    async registerChat(client, chatId, memberIds, title) {
+    /**
+     * Tell the sidecar about the chat and its members (again only when they changed). A branch or
+     * checkpoint the sidecar does not know yet is registered with `branch_of` (CP2): the sidecar
+     * then copies what its parent derived before the branch point instead of deriving it again.
+     */
+    async registerChat(client, chatId, memberIds, title, branch = null) {
         const body = { member_ids: memberIds };
         if (title) body.title = String(title);
         const key = JSON.stringify(body);
         if (this.registered.get(chatId) === key) return;
+        if (branch && !this.registered.has(chatId) && await isNewChat(client, chatId)) body.branch_of = branch;
         await client.putChat(chatId, body);
         this.registered.set(chatId, key);
     }

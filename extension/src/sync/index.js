@@ -6,7 +6,7 @@
 //   chat.js     ChatSync: the I/O that keeps the sidecar's copy of each chat in step
 
 export {
-    ID_KEY, TURN_KEY, chatRecords, ensureIds, idMaker, messageId, messageTurn, personaOf, speakerOf, stampTurn,
+    ID_KEY, TURN_KEY, branchLink, chatRecords, ensureIds, idMaker, messageId, messageTurn, personaOf, speakerOf, stampTurn,
     swipePending, toIso, toRecord,
 } from './records.js';
 export { ChatLedger, fingerprint, idsFromListing, listAllIds, orphanIds, reconcile } from './ledger.js';

@@ -157,3 +157,17 @@ export function chatRecords(chat, fallbackDate, defaultSpeaker) {
 export function swipePending(message) {
     return Array.isArray(message?.swipes) && Number.isInteger(message.swipe_id) && message.swipe_id >= message.swipes.length;
 }
+
+/**
+ * Rule CP2: the chat a branch or checkpoint was made from. SillyTavern names the parent chat in the
+ * new chat's metadata (`main_chat`) but not the message; when the branch is first opened its last
+ * message is the branch point, copied with its id.
+ * @param {any} ctx SillyTavern's context
+ * @returns {{chat_id: string, message_id?: string} | null}
+ */
+export function branchLink(ctx) {
+    const parent = ctx.chatMetadata?.main_chat;
+    if (typeof parent !== 'string' || !parent || parent === ctx.getCurrentChatId?.()) return null;
+    const last = ctx.chat?.length ? messageId(ctx.chat[ctx.chat.length - 1]) : undefined;
+    return last ? { chat_id: parent, message_id: last } : { chat_id: parent };
+}

@@ -23,6 +23,7 @@ from .m005_episodes import m005_episodes
 from .m006_summary_counter import m006_summary_counter
 from .m007_job_costs import m007_job_costs
 from .m008_analyzer_version import m008_analyzer_version
+from .m009_campaigns import m009_campaigns
 
 
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
@@ -34,6 +35,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (6, m006_summary_counter),
     (7, m007_job_costs),
     (8, m008_analyzer_version),
+    (9, m009_campaigns),
 ]
 
 
