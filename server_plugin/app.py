@@ -25,7 +25,8 @@ from .services import Services
 from .settings import Settings, ensure_token
 from .store import migrations
 from .store.db import Database, StorageFull, StorageUnavailable
-from .story import context, conversation, deep_memory, episodes, memories, sessions, sheets, summaries, told
+from .story import (context, conversation, deep_memory, episodes, lore_growth, memories, sessions, sheets,
+                    summaries, told)
 
 log = logging.getLogger("chronicler")
 
@@ -75,7 +76,7 @@ def _install_error_envelope(app: Flask) -> None:
 # listeners run in it. So a rolled-back turn's saved memories go first, then what its jobs wrote
 # (episodes, before the jobs go), then its jobs, summaries and notes (conversation); and at a
 # session's end its character memories and scenes are queued before its sheet jobs.
-CONCEPTS = (deep_memory, summaries, sessions, memories, episodes, told, sheets, context,
+CONCEPTS = (deep_memory, summaries, sessions, memories, episodes, told, sheets, lore_growth, context,
             conversation, docs)
 
 

@@ -20,5 +20,5 @@ a quote that is not verbatim is dropped and reported in the result, it does not 
 
 The modules: `base` (the Prompt, shared types, labels, JSON reading, `Task`), `extractive` (the
 sentence selection the fallbacks share), one module per family of tasks (`summaries`, `memories`,
-`episodes`, `told`, `sheets`), and `registry` (TASKS, built from an explicit list).
+`episodes`, `told`, `sheets`, `lore`), and `registry` (TASKS, built from an explicit list).
 """

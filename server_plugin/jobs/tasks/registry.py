@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import episodes, memories, sheets, summaries, told
+from . import episodes, lore, memories, sheets, summaries, told
 from .base import Prompt, Task
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ TASKS: dict[str, Task] = {task.name: task for task in (
     episodes.SCENE_SUMMARIES,
     told.TOLD_EVENTS,
     sheets.SHEET_UPDATES,
+    lore.LORE_GROWTH,
 )}
 
 
