@@ -314,6 +314,9 @@ def test_sw7d_editing_or_deleting_a_source_marks_the_entry_for_review(with_model
     assert cleared["review"] is None and cleared["source"] == "job"  # nothing of it was rewritten
     expect_ok(api.delete("/v1/chats/c1/messages/a1"), 200)
     assert by_title(api)["Council of Nine"]["review"] == "source_deleted"
+    expect_ok(api.delete(f"/v1/lore/{council['id']}"), 200)
+    assert services.db.reader().execute("SELECT count(*) FROM lore_sources WHERE owner_id=?",
+                                        (council["id"],)).fetchone()[0] == 0
 
 
 @pytest.mark.parametrize("overrides", [{"lore_growth_review": "review"}], indirect=True)

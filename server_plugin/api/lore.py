@@ -79,4 +79,4 @@ def update_lore(lore_id: str) -> dict:
 
 @bp.delete("/lore/<lore_id>")
 def delete_lore(lore_id: str) -> dict:
-    return lore.delete(svc(), path_id(lore_id, "lore id"))
+    return lore_growth.delete_entry(svc(), path_id(lore_id, "lore id"))

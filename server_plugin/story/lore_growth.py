@@ -336,6 +336,16 @@ def _rolled_back(svc: Services, conn: Connection, chat_id: str, turn_id: str) ->
     return {"lore_proposals": _forget(conn, sorted(ids))} if ids else {}
 
 
+def delete_entry(svc: Services, lore_id: str) -> dict[str, Any]:
+    """A person deletes an entry: with the sources it rested on; proposals for it stay (accepted
+    later, one writes a new entry)."""
+    with svc.db.write() as conn:
+        out = lore.delete(svc, lore_id)  # joins this write (404 when there is no such entry)
+        conn.execute("DELETE FROM lore_sources WHERE owner='lore' AND owner_id=?", (lore_id,))
+        conn.execute("UPDATE lore_proposals SET lore_id=NULL WHERE lore_id=? AND state='pending'", (lore_id,))
+    return out
+
+
 def _chat_deleted(svc: Services, conn: Connection, chat_id: str) -> dict[str, int]:
     """A deleted chat takes its proposals, their sources and the entries grown in it along."""
     n = conn.execute("DELETE FROM lore_proposals WHERE chat_id=?", (chat_id,)).rowcount
