@@ -298,6 +298,18 @@ def test_sw7d_review_mode_keeps_proposals_out_of_the_context_until_accepted(with
     assert accepted["source"] == "user" and accepted["sources"] == ["a1"]
     assert "Nine magistrates rule Veyra." in cards_block(turn(api, "The magistrates of Veyra."))
     assert [p["state"] for p in proposals(api, state="all")] == ["rejected", "applied"]
+    # Two waiting proposals of the same new entry: accepting the second updates what the first wrote.
+    with_model.builders["lore_growth"] = lambda lb: {"entries": [
+        entry("Salt token", "A salt token lets a traveller into Veyra.", ["salt token"], [lb.m("salt token")], kind="item"),
+        entry("Salt token", "Every traveller must carry a salt token.", ["salt token"], [lb.m("salt token")], kind="item")]}
+    post_lines(api, "c1", [line("b1", "ayla.png", '"Every traveller must carry a salt token to enter Veyra."', 300)])
+    end_session(api, "c1")
+    drain(services)
+    first, second = proposals(api)
+    one = expect_ok(api.post(f"/v1/lore/proposals/{first['id']}/accept", json={}), 200)["entry"]
+    two = expect_ok(api.post(f"/v1/lore/proposals/{second['id']}/accept", json={}), 200)["entry"]
+    assert one["id"] == two["id"] and two["text"] == "Every traveller must carry a salt token."
+    assert sorted(e["title"] for e in lore_list(api)) == ["Council of Nine", "Salt token"]
 
 
 def test_sw7d_editing_or_deleting_a_source_marks_the_entry_for_review(with_model, fake, api, services):

@@ -243,13 +243,20 @@ def edit(svc: Services, proposal_id: str, data: dict[str, Any]) -> dict[str, Any
 
 def accept(svc: Services, proposal_id: str, data: dict[str, Any] | None = None) -> dict[str, Any]:
     """A person accepts a pending proposal (with their edits): its entry is written, over a
-    protected entry too (the person decided). Returns {proposal, entry}."""
+    protected entry too (the person decided); a new entry whose title or a trigger an entry of the
+    chat now has (an earlier proposal accepted meanwhile) updates that entry. Returns {proposal, entry}."""
     if data:
         edit(svc, proposal_id, data)
     row = _pending(svc.db.reader(), proposal_id)
     vector = lore.prepare_text(svc, row["title"], row["text"])
     with svc.db.write() as conn:
         row = _pending(conn, proposal_id)
+        if row["lore_id"] is None:  # an entry of that title or trigger written since: update it
+            target = _target(conn, row["chat_id"], LoreProposal(None, row["kind"], row["title"], row["text"],
+                                                                tuple(loads(row["triggers"])), ()))
+            if target is not None:
+                conn.execute("UPDATE lore_proposals SET lore_id=? WHERE id=?", (target["id"], proposal_id))
+                row = _fetch(conn, proposal_id)
         sources = _sources(conn, "proposal", [proposal_id]).get(proposal_id, [])
         entry = _write(svc, conn, row, sources, vector, "user" if data else "job")
     return {"proposal": get(svc, proposal_id), "entry": entry}
