@@ -236,6 +236,11 @@ EPISODES = [
     _s("sheet_max_fields", int, 6, "Sheet fields one model proposal may set per character (SW1).", 1),
     _s("sheet_field_max_chars", int, 600, "Longest sheet field a model may write (SW1).", 20),
     _s("episodes_list_max", int, 500, "Most items GET /v1/episodes returns.", 1),
+    _s("lore_growth_review", str, "apply", "Lore grown from play: 'apply' writes a model's proposals at once, 'review' keeps them out of the context until a person accepts them (SW7).", choices=("apply", "review")),
+    _s("lore_growth_max_entries", int, 6, "Lore entries one lore-growth job may propose (SW7).", 1),
+    _s("lore_growth_entries_shown", int, 12, "Existing lore entries shown to one lore-growth job: those the part's words trigger, then the closest by search (SW7).", 0),
+    _s("lore_growth_text_max_chars", int, 1200, "Longest lore entry text a model may write (SW7).", 40),
+    _s("lore_growth_max_triggers", int, 8, "Triggers one grown lore entry may have (SW7).", 1),
 ]
 
 ALL_SETTINGS: list[Setting] = (SERVER + STORAGE + MODELS + LLM_WORK + MEMORIES + CONVERSATION + DRAFTS

@@ -267,6 +267,9 @@ def test_api_md_auth_column_is_what_the_app_asks(app):
 # --- the response column, checked on real answers ------------------------------------------------
 # Routes this walk does not reach with a 2xx answer: they need what only a model writes.
 NOT_REACHED = {
+    ("PATCH", "/v1/lore/proposals/<proposal_id>"): "a lore proposal is written by a model job (test_lore_growth)",
+    ("POST", "/v1/lore/proposals/<proposal_id>/accept"): "a lore proposal is written by a model job (test_lore_growth)",
+    ("POST", "/v1/lore/proposals/<proposal_id>/reject"): "a lore proposal is written by a model job (test_lore_growth)",
     ("GET", "/v1/summaries/<summary_id>"): "a rolling summary is written by a model job",
     ("PATCH", "/v1/summaries/<summary_id>"): "a rolling summary is written by a model job",
     ("GET", "/v1/episodes/<episode_id>"): "character memories and scenes are written by model jobs",
@@ -366,6 +369,7 @@ def test_api_md_response_schemas_match_real_answers(app):
     call("POST", "/v1/context", {"chat_id": "c1", "speaker_id": "ayla.png", "context_tokens": 8192,
                                  "last_action": {"text": "Where is the old oak?", "kind": "action"}})
     call("GET", "/v1/lore/stats?chat_id=c1")
+    call("GET", "/v1/lore/proposals?chat_id=c1&state=all")
     call("DELETE", f"/v1/lore/{entry['id']}")
     call("POST", "/v1/context/prefetch", {"chat_id": "c1", "text": "I ask Ayla about the promise."}, status=202)
     call("POST", "/v1/search", {"query": "a promise to come back", "viewer_id": "ayla.png"})

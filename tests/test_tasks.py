@@ -20,6 +20,7 @@ from server_plugin.jobs.tasks.memories import (
     memories_from_description,
     save_from_conversation,
 )
+from server_plugin.jobs.tasks.lore import LoreInput, lore_growth
 from server_plugin.jobs.tasks.registry import TASKS
 from server_plugin.jobs.tasks.sheets import Newcomer, SheetInput, sheet_updates
 from server_plugin.jobs.tasks.parts import part_notes
@@ -52,6 +53,8 @@ SAMPLES = {
                                            [Newcomer("Old Tom", 6, 2)], **limits("sheet_updates")),
     "part_notes": lambda: part_notes(CHAT, [SAM, AYLA], {"summary": limits("chunk_summary"),
                                                          "memories": limits("character_memories")}),
+    "lore_growth": lambda: lore_growth(CHAT, [LoreInput("l_1", "Third stone", "A stone.", ("stone",))],
+                                       **limits("lore_growth")),
 }
 
 
@@ -106,7 +109,8 @@ def test_an_unknown_task_is_refused():
 
 LIMITS = {"summary_max_quotes": 2, "memory_max_chars": 321, "character_memory_tokens": 77,
           "scene_summary_tokens": 111, "scene_gap_minutes": 45, "scene_max_messages": 9,
-          "told_events_max": 4, "sheet_max_fields": 5, "deep_memory_max_items": 2}
+          "told_events_max": 4, "sheet_max_fields": 5, "deep_memory_max_items": 2,
+          "lore_growth_max_entries": 3}
 # Where each of those settings shows in the prompts' inputs (by task).
 EXPECTED_INPUTS = {
     "chunk_summary": {"max_quotes": 2}, "merge_summaries": {"max_quotes": 2},
@@ -114,7 +118,7 @@ EXPECTED_INPUTS = {
     "durable_memories": {"max_chars": 321, "max_items": 2},
     "character_memories": {"memory_tokens": 77},
     "scene_summaries": {"scene_tokens": 111, "gap_minutes": 45, "max_messages": 9},
-    "told_events": {"max_events": 4}, "sheet_updates": {"max_fields": 5},
+    "told_events": {"max_events": 4}, "sheet_updates": {"max_fields": 5}, "lore_growth": {"max_entries": 3},
     "memories_from_description": {"max_chars": 321}, "save_from_conversation": {"max_chars": 321},
 }
 

@@ -226,6 +226,10 @@ export class SidecarClient {
     patchLore(id, body, options) { return this.request('PATCH', `/v1/lore/${pathId(id)}`, { ...options, body }); }
     deleteLore(id, options) { return this.request('DELETE', `/v1/lore/${pathId(id)}`, options); }
     importLore(body, options) { return this.request('POST', '/v1/lore/import', { ...options, body }); }
+    listLoreProposals(params = {}, options) { return this.request('GET', `/v1/lore/proposals${queryString(params)}`, options); }
+    patchLoreProposal(id, body, options) { return this.request('PATCH', `/v1/lore/proposals/${pathId(id)}`, { ...options, body }); }
+    acceptLoreProposal(id, body = {}, options) { return this.request('POST', `/v1/lore/proposals/${pathId(id)}/accept`, { ...options, body }); }
+    rejectLoreProposal(id, options) { return this.request('POST', `/v1/lore/proposals/${pathId(id)}/reject`, { ...options, body: {} }); }
 }
 
 

@@ -129,6 +129,7 @@ def cast(svc: Services) -> Cast:
 class LoreCard:
     card: Card
     known_by: tuple[str, ...] | None
+    chat_id: str | None = None  # grown in this chat (SW7): used there only
 
 
 def all_cards(svc: Services) -> tuple[LoreCard, ...]:
@@ -140,7 +141,7 @@ def all_cards(svc: Services) -> tuple[LoreCard, ...]:
             out.append(LoreCard(Card(r["id"], lore.index_text(r["title"], r["text"]),
                                      tuple(loads(r["triggers"])), bool(r["always"]),
                                      lore.matching(loads(r["metadata"]) or {})),
-                                None if known is None else tuple(known)))
+                                None if known is None else tuple(known), r["chat_id"]))
         return tuple(out)
 
     return svc.cached("context_lore", changes.counter(svc, "lore"), read, size=2)
@@ -177,14 +178,17 @@ def card_index(svc: Services) -> TriggerIndex:
         (c.card.id, c.card.triggers, c.card.match) for c in all_cards(svc)), size=2)
 
 
-def story_cards(svc: Services, viewer_id: str, texts: Sequence[str]) -> list[Card]:
-    """The enabled story cards the speaker may know (SW9b) that could fire in `texts` (every
-    text any scan window may hold) or need no trigger. The assembler decides which fire: this
-    only spares it (and the report) hundreds of cards none of whose trigger words occur."""
+def story_cards(svc: Services, viewer_id: str, texts: Sequence[str], chat_id: str | None = None) -> list[Card]:
+    """The enabled story cards the speaker may know (SW9b), of every chat or grown in this one
+    (SW7), that could fire in `texts` (every text any scan window may hold) or need no trigger.
+    The assembler decides which fire: this only spares it (and the report) hundreds of cards none
+    of whose trigger words occur."""
     def visible() -> list[Card]:
-        return [c.card for c in all_cards(svc) if can_see(viewer_id, c.known_by)]
+        return [c.card for c in all_cards(svc) if can_see(viewer_id, c.known_by)
+                and c.chat_id in (None, chat_id)]
 
-    cards = svc.cached("context_cards_for", (changes.counter(svc, "lore"), viewer_id), visible, size=256)
+    cards = svc.cached("context_cards_for", (changes.counter(svc, "lore"), viewer_id, chat_id),
+                       visible, size=256)
     candidates = card_index(svc).candidates(texts)
     return [c for c in cards if c.always or c.id in candidates]
 
@@ -264,7 +268,7 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
         speaker_names=lambda of_chat, ids: messages.speaker_names(conn, of_chat, ids))
         if query is not None and characters.learning_enabled(conn, turn.speaker_id) else [])
     cards = story_cards(svc, turn.speaker_id,
-                        [m.text for m in window] + ([last.text] if last is not None else []))
+                        [m.text for m in window] + ([last.text] if last is not None else []), chat["id"])
     candidates = Candidates(
         last_action=turn.last_action, messages=window,
         instructions=turn.instructions, plot_essentials=turn.plot_essentials,

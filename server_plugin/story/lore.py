@@ -4,7 +4,10 @@ triggers were used per chat.
 An entry: `title`, `text`, `triggers[]` (whole words, case-insensitive; see triggers.py),
 `always` (in every turn's candidates, no trigger needed), `enabled`, `known_by` (SW9b: None is
 public, a list restricts who may know it), `metadata` (what an import could not map), `source`
-(user | import | job). Every entry is indexed for search (kind "lore") in the transaction that
+(user | import | job), `chat_id` (the chat an entry grown from play belongs to; None is every
+chat), `locked` (a person's lock) and `review` (why it waits for a person's look: a source message
+changed). An entry a person wrote or edited, imported or locked is `protected`: a model's proposal
+for it waits for the person (story/lore_growth, SW7). Every entry is indexed for search (kind "lore") in the transaction that
 writes it. Per chat, `lore_stats` records when each card last fired (turn and time) and how many
 turns it fired in, for QS5's ranking; `context.py` updates it after each assembly.
 
@@ -38,7 +41,8 @@ def to_dict(row: Any) -> dict[str, Any]:
         "id": row["id"], "title": row["title"], "text": row["text"],
         "triggers": loads(row["triggers"]), "always": bool(row["always"]),
         "enabled": bool(row["enabled"]), "known_by": loads(row["known_by"]),
-        "metadata": loads(row["metadata"]), "source": row["source"],
+        "metadata": loads(row["metadata"]), "source": row["source"], "chat_id": row["chat_id"],
+        "locked": bool(row["locked"]), "review": row["review"],
         "created_at": row["created_at"], "updated_at": row["updated_at"], "version": row["version"],
     }
 
@@ -88,9 +92,13 @@ def get(svc: Services, lore_id: str) -> dict[str, Any]:
 
 
 def list_lore(svc: Services, *, q: str | None = None, source: str | None = None,
-              enabled: bool | None = None) -> list[dict[str, Any]]:
-    """Every entry matching the filters (`q`: in title, text or triggers), by title."""
+              enabled: bool | None = None, chat_id: str | None = None) -> list[dict[str, Any]]:
+    """Every entry matching the filters (`q`: in title, text or triggers; `chat_id`: entries of
+    every chat and those grown in that one), by title."""
     where, args = ["1"], []
+    if chat_id is not None:
+        where.append("(chat_id IS NULL OR chat_id=?)")
+        args.append(chat_id)
     if q:
         where.append("(instr(lower(title), lower(?)) > 0 OR instr(lower(text), lower(?)) > 0"
                      " OR instr(lower(triggers), lower(?)) > 0)")
@@ -133,8 +141,8 @@ def _check(svc: Services, entry: dict[str, Any], where: str = "") -> None:
 def _entry(data: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
     """The stored fields of an entry: `base` (the current entry) with `data` applied."""
     new = dict(base or {"title": "", "triggers": [], "always": False, "enabled": True,
-                        "known_by": None, "metadata": {}})
-    for key in ("title", "text", "triggers", "always", "enabled", "known_by", "metadata"):
+                        "known_by": None, "metadata": {}, "locked": False})
+    for key in ("title", "text", "triggers", "always", "enabled", "known_by", "metadata", "locked"):
         if key in data:
             new[key] = data[key]
     new["title"] = " ".join(str(new["title"]).split())
@@ -145,12 +153,13 @@ def _entry(data: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str
 
 # --- writing ---------------------------------------------------------------------------------
 def _insert(conn: Connection, lore_id: str, entry: dict[str, Any], source: str, now: str,
-            prepared: docs.Prepared) -> None:
+            prepared: docs.Prepared, chat_id: str | None = None) -> None:
     conn.execute(
         "INSERT INTO lore(id, title, text, triggers, always, enabled, known_by, metadata, source,"
-        " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        " created_at, updated_at, chat_id, locked) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (lore_id, entry["title"], entry["text"], dumps(entry["triggers"]), int(entry["always"]),
-         int(entry["enabled"]), dumps(entry["known_by"]), dumps(entry["metadata"]), source, now, now))
+         int(entry["enabled"]), dumps(entry["known_by"]), dumps(entry["metadata"]), source, now, now,
+         chat_id, int(entry.get("locked", False))))
     docs.put(conn, KIND, lore_id, prepared, created_at=now, known_by=entry["known_by"])
 
 
@@ -172,7 +181,10 @@ def create(svc: Services, data: dict[str, Any], source: str = "user") -> dict[st
 
 
 def update(svc: Services, lore_id: str, data: dict[str, Any]) -> dict[str, Any]:
-    """Change an entry (optimistic `version`); re-indexed in the same transaction."""
+    """A person changes an entry (optimistic `version`); re-indexed in the same transaction.
+
+    An entry a job grew becomes the person's when its title, text or triggers change (a model
+    then never overwrites it, SW7); sending `review: null` clears the mark of a changed source."""
     current = get(svc, lore_id)
     entry = _entry(data, current)
     _check(svc, entry)
@@ -188,12 +200,15 @@ def update(svc: Services, lore_id: str, data: dict[str, Any]) -> dict[str, Any]:
         if row["version"] != current["version"]:  # changed while we embedded outside the lock
             raise Conflict("version_conflict", f"Lore entry {lore_id!r} changed while it was being "
                            "saved; reload and retry.", [{"current_version": row["version"]}])
+        wrote = any(entry[k] != current[k] for k in ("title", "text", "triggers"))
+        source = "user" if wrote and row["source"] == "job" else row["source"]
+        review = None if "review" in data else row["review"]
         conn.execute(
             "UPDATE lore SET title=?, text=?, triggers=?, always=?, enabled=?, known_by=?, metadata=?,"
-            " updated_at=?, version=version+1 WHERE id=?",
+            " locked=?, source=?, review=?, updated_at=?, version=version+1 WHERE id=?",
             (entry["title"], entry["text"], dumps(entry["triggers"]), int(entry["always"]),
              int(entry["enabled"]), dumps(entry["known_by"]), dumps(entry["metadata"]),
-             svc.clock.iso(), lore_id))
+             int(entry["locked"]), source, review, svc.clock.iso(), lore_id))
         if prepared is not None:
             docs.put(conn, KIND, lore_id, prepared, created_at=row["created_at"],
                       known_by=entry["known_by"])
@@ -278,9 +293,74 @@ def remove_card_book(conn: Connection, character_id: str) -> list[str]:
 
 def enabled_rows(conn: Connection) -> list[Any]:
     """Every enabled entry as a story card needs it (id, title, text, triggers, always, known_by,
-    metadata: its `matching`)."""
-    return conn.execute("SELECT id, title, text, triggers, always, known_by, metadata FROM lore"
+    metadata: its `matching`; chat_id)."""
+    return conn.execute("SELECT id, title, text, triggers, always, known_by, metadata, chat_id FROM lore"
                         " WHERE enabled=1 ORDER BY id").fetchall()
+
+
+# --- entries grown from play (SW7; story/lore_growth decides, inside its write) -----------------
+def protected(entry: dict[str, Any]) -> bool:
+    """A person wrote (or edited), imported or locked it: a model never overwrites it."""
+    return entry["source"] in ("user", "import") or bool(entry["locked"])
+
+
+def fetch(conn: Connection, lore_id: str) -> dict[str, Any] | None:
+    """An entry, or None."""
+    row = conn.execute("SELECT * FROM lore WHERE id=?", (lore_id,)).fetchone()
+    return None if row is None else to_dict(row)
+
+
+def in_chat(conn: Connection, chat_id: str) -> list[dict[str, Any]]:
+    """The entries a chat uses: those of every chat and those grown in it."""
+    rows = conn.execute("SELECT * FROM lore WHERE chat_id IS NULL OR chat_id=? ORDER BY id", (chat_id,))
+    return [to_dict(r) for r in rows]
+
+
+def grown_entry(title: str, text: str, triggers: Sequence[str], known_by: Sequence[str] | None) -> dict[str, Any]:
+    """The fields of an entry a proposal writes, as `_entry` shapes them."""
+    return _entry({"title": title, "text": text, "triggers": list(triggers), "known_by": known_by})
+
+
+def write_grown(svc: Services, conn: Connection, lore_id: str | None, entry: dict[str, Any],
+                chat_id: str, prepared: docs.Prepared, source: str = "job") -> dict[str, Any]:
+    """Inside the caller's write: create a grown entry (`lore_id` None) or rewrite one's title,
+    text, triggers and known_by; returns the entry. The caller decided it may (`protected`)."""
+    _check(svc, entry)
+    now = svc.clock.iso()
+    if lore_id is None:
+        lore_id = new_id()
+        _insert(conn, lore_id, entry, source, now, prepared, chat_id)
+        return to_dict(_fetch_row(conn, lore_id))
+    row = _fetch_row(conn, lore_id)
+    conn.execute("UPDATE lore SET title=?, text=?, triggers=?, known_by=?, review=NULL, updated_at=?,"
+                 " version=version+1 WHERE id=?", (entry["title"], entry["text"],
+                                                   dumps(entry["triggers"]), dumps(entry["known_by"]), now, lore_id))
+    docs.put(conn, KIND, lore_id, prepared, created_at=row["created_at"], known_by=entry["known_by"])
+    return to_dict(_fetch_row(conn, lore_id))
+
+
+def prepare_text(svc: Services, title: str, text: str) -> docs.Prepared:
+    """The search index's vector of an entry's text (outside any transaction)."""
+    return docs.prepare(svc, [index_text(title, text)], keep_names=True)[0]
+
+
+def mark_review(conn: Connection, lore_ids: Iterable[str], reason: str) -> int:
+    """Mark entries as waiting for a person's look (a source message changed); returns how many."""
+    ids = list(dict.fromkeys(lore_ids))
+    return sum(conn.execute("UPDATE lore SET review=? WHERE id=? AND (review IS NULL OR review<>?)",
+                            (reason, i, reason)).rowcount for i in ids)
+
+
+def remove_in(conn: Connection, lore_ids: Iterable[str]) -> int:
+    """Inside the caller's write: delete entries with their index entries; returns how many."""
+    ids = list(dict.fromkeys(lore_ids))
+    docs.remove(conn, KIND, ids)
+    return sum(conn.execute("DELETE FROM lore WHERE id=?", (i,)).rowcount for i in ids)
+
+
+def chat_entries(conn: Connection, chat_id: str) -> list[str]:
+    """Ids of the entries grown in a chat."""
+    return [r[0] for r in conn.execute("SELECT id FROM lore WHERE chat_id=?", (chat_id,))]
 
 
 # --- per-chat trigger statistics (QS5) -----------------------------------------------------------

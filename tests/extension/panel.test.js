@@ -10,6 +10,7 @@ import { DraftReview, SelectionSet, fitLines, limitMessage, rawDrafts, runLength
 import { costSummary, jobSummary, tokensText } from '../../extension/src/panel/jobs.js';
 import { PANEL_LIMITS } from '../../extension/src/panel/limits.js';
 import { filterLore, importSummary, parseTriggers } from '../../extension/src/panel/lore.js';
+import { grownLabel, proposalLine, reviewLabel, toWorldInfo } from '../../extension/src/panel/lore_model.js';
 import {
     describeError, filterMemories, groupByScope, isMissingRoute, parseView, quotaCounts, quotaLine,
     routeUnavailable, scopeKey, sortMemories, viewQuery, viewTarget, viewValue,
@@ -307,6 +308,38 @@ test('sw7: a World Info import is summed up from its report', () => {
     assert.equal(importSummary({ lore: [{}], report: { entries: [] } }, 'w.json'), 'Imported 1 entry from w.json.');
 });
 
+test('sw7a: a grown entry names the messages it rests on; an entry of a person shows none', () => {
+    assert.equal(grownLabel({ sources: ['a1'] }), 'Grown from play: 1 message (a1)');
+    assert.equal(grownLabel({ sources: ['a1', 'a2', 'b3', 'c4'] }), 'Grown from play: 4 messages (a1, a2, b3, …)');
+    assert.equal(grownLabel({ sources: [] }), '');
+    assert.equal(grownLabel({}), '');
+    assert.equal(reviewLabel({ review: 'source_edited' }), 'Check it: a message it rests on was edited');
+    assert.equal(reviewLabel({ review: null }), '');
+});
+
+test('sw7c/sw7d: a pending proposal in words: new or an update, and why it waits', () => {
+    const entries = [{ id: 'l1', title: 'The Harbour' }];
+    assert.equal(proposalLine({ lore_id: null, kind: 'faction', title: 'Council of Nine', reason: 'review' }, entries),
+        'New faction: Council of Nine — waits for your review');
+    assert.equal(proposalLine({ lore_id: 'l1', kind: 'place', title: 'Harbour of Veyra', reason: 'protected' }, entries),
+        'Update of “The Harbour” — waits for you: the entry is yours, imported or locked');
+    assert.equal(proposalLine({ lore_id: null, kind: 'rule', title: 'Tides', reason: '' }), 'New rule of the world: Tides');
+});
+
+test('sw7: entries export as a SillyTavern World Info file that keeps what an import kept', () => {
+    const wi = toWorldInfo([
+        { title: 'Veyra', text: 'A port city.', triggers: ['Veyra', 'port'], always: false, enabled: true, metadata: {} },
+        { title: 'Rule', text: 'No magic at sea.', triggers: [], always: true, enabled: false,
+          metadata: { sillytavern: { order: 7, uid: 99, key: ['old'] } } },
+    ], 'My world');
+    assert.equal(wi.name, 'My world');
+    assert.deepEqual(Object.keys(wi.entries), ['0', '1']);
+    const [a, b] = [wi.entries['0'], wi.entries['1']];
+    assert.deepEqual([a.uid, a.key, a.comment, a.content, a.constant, a.disable], [0, ['Veyra', 'port'], 'Veyra', 'A port city.', false, false]);
+    assert.deepEqual([b.uid, b.key, b.comment, b.constant, b.disable, b.order], [1, [], 'Rule', true, true, 7]);
+    assert.equal(a.order, 100);
+});
+
 test('sw1: sheet field names typed by a person become sheet keys', () => {
     assert.equal(fieldKey('Eye colour'), 'eye_colour');
     assert.equal(fieldKey('  Speech  Style! '), 'speech_style');
@@ -331,6 +364,10 @@ test('dc4: the panel\'s client calls build the documented paths, ids percent-enc
     await client.memoryDrafts({ mode: 'description', description: 'd' });
     await client.getSession('Chat @1', 3);
     await client.retryJob('j/1');
+    await client.listLoreProposals({ chat_id: 'Chat @1', state: 'pending' });
+    await client.patchLoreProposal('lp_1', { text: 'x' });
+    await client.acceptLoreProposal('lp/2');
+    await client.rejectLoreProposal('lp_3');
     assert.deepEqual(calls, [
         ['GET', '/v1/memories?scope=character&character_id=a%20b.png&archived=true', undefined],
         ['PATCH', '/v1/memories/m_1', { text: 'x', actor: 'user', version: 2 }],
@@ -339,6 +376,10 @@ test('dc4: the panel\'s client calls build the documented paths, ids percent-enc
         ['POST', '/v1/memories/drafts', { mode: 'description', description: 'd' }],
         ['GET', '/v1/chats/Chat%20%401/sessions/3', undefined],
         ['POST', '/v1/jobs/j%2F1/retry', {}],
+        ['GET', '/v1/lore/proposals?chat_id=Chat%20%401&state=pending', undefined],
+        ['PATCH', '/v1/lore/proposals/lp_1', { text: 'x' }],
+        ['POST', '/v1/lore/proposals/lp%2F2/accept', {}],
+        ['POST', '/v1/lore/proposals/lp_3/reject', {}],
     ]);
     assert.equal(queryString({}), '');
     assert.equal(queryString({ a: undefined, b: null }), '');

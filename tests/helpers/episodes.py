@@ -84,6 +84,7 @@ class Labels:
         self.messages = [(m.group(1), m.group(2)) for m in re.finditer(
             r"^\[(m\d+)\] [^:\n]+: (.*?)(?=\n\n\[m\d+\]|\n</messages>)", user, re.M | re.S)]
         self.secrets = [(m.group(1), m.group(2)) for m in re.finditer(r"^\[(k\d+)\] (.*)$", user, re.M)]
+        self.entries = [(m.group(1), m.group(2)) for m in re.finditer(r"^\[(e\d+)\] (.*)$", user, re.M)]
 
     def c(self, name: str) -> str:
         return self.characters[name]
@@ -93,6 +94,9 @@ class Labels:
 
     def k(self, containing: str) -> str:
         return next(label for label, text in self.secrets if containing in text)
+
+    def e(self, containing: str) -> str:
+        return next(label for label, text in self.entries if containing in text)
 
 
 TASKS = {
@@ -104,6 +108,7 @@ TASKS = {
     "merge_summaries": "merge consecutive summaries",
     "durable_memories": "file the few facts",
     "sheet_updates": "keep the character sheets",
+    "lore_growth": "keep the lore of a roleplay campaign's world",
 }
 EMPTY = {"character_memories": {"memories": []}, "scene_summaries": {"scenes": []},
          "told_events": {"events": []}, "durable_memories": {"memories": []},
@@ -111,7 +116,7 @@ EMPTY = {"character_memories": {"memories": []}, "scene_summaries": {"scenes": [
                              "open_threads": [], "resolved": []},
          "chunk_summary": {"summary": "They talked.", "quotes": []},
          "merge_summaries": {"summary": "They talked.", "keep_quotes": []},
-         "sheet_updates": {"new": [], "updates": []}}
+         "sheet_updates": {"new": [], "updates": []}, "lore_growth": {"entries": []}}
 
 
 def task_of(body: dict[str, Any]) -> str:

@@ -31,6 +31,8 @@ LIMITS: dict[str, dict[str, Any]] = {
                                "max_messages": _D.save_from_conversation_max_messages,
                                "max_chars": _D.memory_max_chars},
     "sheet_updates": {"max_fields": _D.sheet_max_fields, "field_max_chars": _D.sheet_field_max_chars},
+    "lore_growth": {"max_entries": _D.lore_growth_max_entries, "text_max_chars": _D.lore_growth_text_max_chars,
+                    "max_triggers": _D.lore_growth_max_triggers},
 }
 
 

@@ -1,10 +1,14 @@
 // The Lore tab (SW7, QS5, SW9b): lore entries and story cards with their triggers and who knows
-// them; add, edit, delete; import a SillyTavern World Info file.
-// Routes: GET/POST /v1/lore, PATCH/DELETE /v1/lore/{id}, POST /v1/lore/import.
+// them; add, edit, delete; import a SillyTavern World Info file, export entries as one; the
+// proposals of lore grown from play that wait for a person (accept, edit, reject), and grown
+// entries marked with the messages they rest on (SW7a-SW7d).
+// Routes: GET/POST /v1/lore, PATCH/DELETE /v1/lore/{id}, POST /v1/lore/import,
+// GET /v1/lore/proposals, PATCH /v1/lore/proposals/{id}, POST /v1/lore/proposals/{id}/accept|reject.
 
 import { button, checkbox, clear, debounce, el, iconButton, messageLine, newId, onEscape, select, setDisabled } from './dom.js';
 import { PANEL_LIMITS } from './limits.js';
 import { PagedList, emptyNote } from './list.js';
+import { grownLabel, proposalLine, reviewLabel, toWorldInfo } from './lore_model.js';
 import { describeError, routeUnavailable } from './memory_model.js';
 import { cut, fold, plural } from './text.js';
 
@@ -67,12 +71,15 @@ class LoreTab {
         this.file.addEventListener('change', () => this.importFile());
         this.addButton = button('Add entry', { icon: 'fa-plus', onClick: () => this.openForm(null) });
         this.importButton = button('Import World Info…', { icon: 'fa-file-import', onClick: () => this.file.click() });
+        this.exportButton = button('Export as World Info', { icon: 'fa-file-export', onClick: () => this.exportFile() });
         this.message = messageLine();
+        this.proposals = [];
+        this.proposalHost = el('div', { class: 'chronicler-lore-proposals', attrs: { role: 'list', 'aria-label': 'Lore proposals waiting for you' } });
         this.formHost = el('div');
         this.listHost = el('div', { class: 'chronicler-list', attrs: { role: 'list', 'aria-label': 'Lore entries' } });
         this.element = el('div', { class: 'chronicler-lore' },
-            el('div', { class: 'chronicler-toolbar' }, this.filter, el('div', { class: 'chronicler-spacer' }), this.addButton, this.importButton, this.file),
-            this.message, this.formHost, this.listHost);
+            el('div', { class: 'chronicler-toolbar' }, this.filter, el('div', { class: 'chronicler-spacer' }), this.addButton, this.importButton, this.exportButton, this.file),
+            this.message, this.proposalHost, this.formHost, this.listHost);
         this.list = new PagedList(this.listHost, null, PANEL_LIMITS.pageSize);
     }
 
@@ -92,7 +99,81 @@ class LoreTab {
         }
         setDisabled(this.addButton, !this.available);
         setDisabled(this.importButton, !this.available);
+        setDisabled(this.exportButton, !this.available || !this.entries.length);
+        await this.loadProposals();
         this.render();
+    }
+
+    /** The pending proposals of the open chat (of every chat when none is open). */
+    async loadProposals() {
+        const { chatId } = this.pctx.chat();
+        try {
+            const answer = await this.pctx.client().listLoreProposals({ chat_id: chatId || undefined, state: 'pending' });
+            this.proposals = answer?.proposals ?? [];
+        } catch {
+            this.proposals = [];  // an older sidecar without grown lore: nothing waits
+        }
+        this.renderProposals();
+    }
+
+    renderProposals() {
+        clear(this.proposalHost);
+        if (!this.proposals.length) return;
+        this.proposalHost.append(el('b', { text: `Waiting for you: ${this.proposals.length === 1 ? '1 proposal' : `${this.proposals.length} proposals`} grown from play` }));
+        for (const p of this.proposals) {
+            const actions = el('div', { class: 'chronicler-row-actions' },
+                button('Accept', { icon: 'fa-check', onClick: () => this.decide(p, 'accept') }),
+                button('Edit…', { icon: 'fa-pen', onClick: () => this.editProposal(p) }),
+                button('Reject', { icon: 'fa-xmark', onClick: () => this.decide(p, 'reject') }));
+            const meta = el('div', { class: 'chronicler-meta' }, el('span', { class: 'chronicler-when', text: 'Triggers:' }),
+                ...(p.triggers ?? []).map((t) => el('span', { class: 'chronicler-chip chronicler-trigger', text: t })),
+                el('span', { class: 'chronicler-when', text: grownLabel(p) }), actions);
+            this.proposalHost.append(el('div', { class: 'chronicler-memory chronicler-lore-proposal', attrs: { role: 'listitem', 'data-id': p.id } },
+                el('div', { class: 'chronicler-row-main' }, el('b', { text: proposalLine(p, this.entries) }),
+                    el('p', { class: 'chronicler-memory-text clamp', text: p.text }), meta)));
+        }
+    }
+
+    async decide(proposal, how, body) {
+        try {
+            if (how === 'accept') await this.pctx.client().acceptLoreProposal(proposal.id, body ?? {});
+            else await this.pctx.client().rejectLoreProposal(proposal.id);
+            clear(this.formHost);
+            await this.show();
+            this.message.show(how === 'accept' ? 'Proposal accepted: the entry is written.' : 'Proposal rejected.', 'ok');
+        } catch (error) {
+            this.message.show(describeError(error), 'error');
+        }
+    }
+
+    editProposal(proposal) {
+        clear(this.formHost);
+        const title = el('input', { class: 'text_pole', attrs: { maxlength: 300, 'aria-label': 'Title' } });
+        const text = el('textarea', { class: 'text_pole', attrs: { rows: 5, 'aria-label': 'Text' } });
+        const triggers = el('input', { class: 'text_pole', attrs: { 'aria-label': 'Triggers, separated by commas' } });
+        title.value = proposal.title;
+        text.value = proposal.text;
+        triggers.value = (proposal.triggers ?? []).join(', ');
+        const close = () => clear(this.formHost);
+        const accept = button('Accept edited', { icon: 'fa-check', onClick: () => {
+            if (!title.value.trim() || !text.value.trim()) return this.message.show('A proposal needs a title and a text.', 'error');
+            return this.decide(proposal, 'accept', { title: title.value.trim(), text: text.value, triggers: parseTriggers(triggers.value) });
+        } });
+        const form = el('div', { class: 'chronicler-form', attrs: { role: 'group', 'aria-label': 'Edit lore proposal' } },
+            title, text, triggers, el('div', { class: 'chronicler-toolbar' }, el('div', { class: 'chronicler-spacer' }), accept, button('Cancel', { icon: 'fa-xmark', onClick: close })));
+        onEscape(form, close);
+        this.formHost.append(form);
+        title.focus();
+    }
+
+    /** The entries shown (the filter applies) as a SillyTavern World Info file, downloaded. */
+    exportFile() {
+        const shown = filterLore(this.entries, this.filter.value);
+        const blob = new Blob([JSON.stringify(toWorldInfo(shown), null, 2)], { type: 'application/json' });
+        const link = el('a', { attrs: { href: URL.createObjectURL(blob), download: 'chronicler-lore.json' } });
+        link.click();
+        setTimeout(() => URL.revokeObjectURL(link.href), 1000);
+        this.message.show(`Exported ${plural(shown.length, 'entry', 'entries')} as a World Info file.`, 'ok');
     }
 
     render() {
@@ -115,6 +196,9 @@ class LoreTab {
         if (entry.enabled === false) triggers.append(el('span', { class: 'chronicler-badge', text: 'disabled' }));
         if (entry.always) triggers.append(el('span', { class: 'chronicler-badge pinned', text: 'always' }));
         if (SOURCE_LABELS[entry.source]) triggers.append(el('span', { class: 'chronicler-badge', text: SOURCE_LABELS[entry.source] }));
+        if (entry.locked) triggers.append(el('span', { class: 'chronicler-badge pinned', text: 'locked' }));
+        if (reviewLabel(entry)) triggers.append(el('span', { class: 'chronicler-badge', text: reviewLabel(entry) }));
+        if (grownLabel(entry)) triggers.append(el('span', { class: 'chronicler-when chronicler-lore-sources', text: grownLabel(entry) }));
         if ((entry.triggers ?? []).length) triggers.append(el('span', { class: 'chronicler-when', text: 'Triggers:' }));
         for (const t of entry.triggers ?? []) triggers.append(el('span', { class: 'chronicler-chip chronicler-trigger', text: t }));
         if (!(entry.triggers ?? []).length && !entry.always) triggers.append(el('span', { class: 'chronicler-hint', text: 'no triggers' }));
@@ -138,6 +222,7 @@ class LoreTab {
         const triggers = el('input', { class: 'text_pole', attrs: { id: trigId, placeholder: 'Words or phrases, separated by commas' } });
         const always = checkbox('Always include (no trigger needed)', { checked: Boolean(entry?.always) });
         const enabled = checkbox('Enabled', { checked: entry?.enabled !== false, title: 'A disabled entry is kept but never used.' });
+        const locked = checkbox('Locked (a session job never changes it)', { checked: Boolean(entry?.locked) });
         title.value = entry?.title ?? '';
         text.value = entry?.text ?? '';
         triggers.value = (entry?.triggers ?? []).join(', ');
@@ -168,7 +253,8 @@ class LoreTab {
         const save = button(entry ? 'Save entry' : 'Add entry', { icon: 'fa-check', onClick: async () => {
             if (!title.value.trim() || !text.value.trim()) return error.show('An entry needs a title and a text.', 'error');
             const body = { title: title.value.trim(), text: text.value, triggers: parseTriggers(triggers.value), known_by: knownBy,
-                always: always.input.checked, enabled: enabled.input.checked };
+                always: always.input.checked, enabled: enabled.input.checked, locked: locked.input.checked };
+            if (entry?.review) body.review = null;  // a person looked at it
             if (entry?.version) body.version = entry.version;
             setDisabled(save, true);
             try {
@@ -187,7 +273,7 @@ class LoreTab {
                 el('label', { attrs: { for: titleId }, text: 'Title' }), title,
                 el('label', { attrs: { for: trigId }, text: 'Triggers' }), triggers),
             el('label', { attrs: { for: textId }, text: 'Text' }), text,
-            el('div', { class: 'chronicler-toolbar' }, always, enabled), who,
+            el('div', { class: 'chronicler-toolbar' }, always, enabled, locked), who,
             el('div', { class: 'chronicler-toolbar' }, el('div', { class: 'chronicler-spacer' }), save, button('Cancel', { icon: 'fa-xmark', onClick: close })), error);
         onEscape(form, close);
         this.formHost.append(form);

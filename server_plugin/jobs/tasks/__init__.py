@@ -24,5 +24,5 @@ a quote that fails is dropped and reported in the result, it does not fail the j
 The modules: `base` (the Prompt, shared types, labels, `Task`), `answers` (reading an answer),
 `parts` (one call per part, tasks as sections), `extractive` (the
 sentence selection the fallbacks share), one module per family of tasks (`summaries`, `memories`,
-`episodes`, `told`, `sheets`), and `registry` (TASKS, built from an explicit list).
+`episodes`, `told`, `sheets`, `lore`), and `registry` (TASKS, built from an explicit list).
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import episodes, memories, parts, sheets, summaries, told
+from . import episodes, lore, memories, parts, sheets, summaries, told
 from .base import Prompt, Task
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ TASKS: dict[str, Task] = {task.name: task for task in (
     told.TOLD_EVENTS,
     sheets.SHEET_UPDATES,
     parts.PART_NOTES,
+    lore.LORE_GROWTH,
 )}
 
 

@@ -24,6 +24,7 @@ from .m006_summary_counter import m006_summary_counter
 from .m007_job_costs import m007_job_costs
 from .m008_analyzer_version import m008_analyzer_version
 from .m009_campaigns import m009_campaigns
+from .m010_grown_lore import m010_grown_lore
 
 
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
@@ -36,6 +37,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (7, m007_job_costs),
     (8, m008_analyzer_version),
     (9, m009_campaigns),
+    (10, m010_grown_lore),
 ]
 
 
