@@ -178,16 +178,19 @@ def card_index(svc: Services) -> TriggerIndex:
         (c.card.id, c.card.triggers, c.card.match) for c in all_cards(svc)), size=2)
 
 
-def story_cards(svc: Services, viewer_id: str, texts: Sequence[str], chat_id: str | None = None) -> list[Card]:
-    """The enabled story cards the speaker may know (SW9b), of every chat or grown in this one
-    (SW7), that could fire in `texts` (every text any scan window may hold) or need no trigger.
-    The assembler decides which fire: this only spares it (and the report) hundreds of cards none
-    of whose trigger words occur."""
+def story_cards(svc: Services, viewer_id: str, texts: Sequence[str], chat_ids: Sequence[str] = ()) -> list[Card]:
+    """The enabled story cards the speaker may know (SW9b), of every chat or grown in one of
+    `chat_ids` (its campaign's chats: grown lore belongs to the campaign, SW7, CP1a), that could
+    fire in `texts` (every text any scan window may hold) or need no trigger. The assembler
+    decides which fire: this only spares it (and the report) hundreds of cards none of whose
+    trigger words occur."""
+    campaign = frozenset(chat_ids)
+
     def visible() -> list[Card]:
         return [c.card for c in all_cards(svc) if can_see(viewer_id, c.known_by)
-                and c.chat_id in (None, chat_id)]
+                and (c.chat_id is None or c.chat_id in campaign)]
 
-    cards = svc.cached("context_cards_for", (changes.counter(svc, "lore"), viewer_id, chat_id),
+    cards = svc.cached("context_cards_for", (changes.counter(svc, "lore"), viewer_id, campaign),
                        visible, size=256)
     candidates = card_index(svc).candidates(texts)
     return [c for c in cards if c.always or c.id in candidates]
@@ -260,15 +263,16 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
                                  turn.speaker_id, chat["member_ids"], turn.present_ids)
     saved = saved_memories(svc, chat, turn)
     summary = story_summary(svc, chat["id"], turn.speaker_id)
+    campaign_chats = chats.same_campaign(conn, chat["id"])
     found = (bank.bank_search(
         svc, speaker_id=turn.speaker_id, chat_id=chat["id"], member_ids=chat["member_ids"],
-        chat_ids=chats.same_campaign(conn, chat["id"]),
+        chat_ids=campaign_chats,
         text=last.text if last is not None else action.text, vector=query,
         live_ids={m.id for m in window}, held_ids={i.id for i in [*summary, *saved.pinned]},
         speaker_names=lambda of_chat, ids: messages.speaker_names(conn, of_chat, ids))
         if query is not None and characters.learning_enabled(conn, turn.speaker_id) else [])
     cards = story_cards(svc, turn.speaker_id,
-                        [m.text for m in window] + ([last.text] if last is not None else []), chat["id"])
+                        [m.text for m in window] + ([last.text] if last is not None else []), campaign_chats)
     candidates = Candidates(
         last_action=turn.last_action, messages=window,
         instructions=turn.instructions, plot_essentials=turn.plot_essentials,
