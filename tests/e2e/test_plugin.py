@@ -28,6 +28,7 @@ from tests.helpers.sillytavern import (
     configure_chronicler,
     free_port,
     prepare_data_root,
+    wait_until,
 )
 
 PINNED = "The captain's ship is called the Silver Gull."
@@ -43,16 +44,6 @@ def _alive(pid: int) -> bool:
             return fh.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def _until(check: Any, limit: float, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"not within {limit} s")
 
 
 def _json(url: str) -> Any:
@@ -107,12 +98,13 @@ class PluginST:
     def running(self, limit: float = 120.0) -> dict[str, Any]:
         """The plugin's status once its sidecar runs with the model loaded and the index built."""
         if self.accounts:  # the status route needs a session then: the connection file says it runs
-            status = _until(lambda: (self.side_dir / "sidecar.json").is_file() and {"state": "running"}, limit)
+            status = wait_until(lambda: (self.side_dir / "sidecar.json").is_file() and {"state": "running"}, limit,
+                                "the connection file", 0.2)
         else:
-            status = _until(lambda: (s := self.status()) and s["state"] == "running" and s.get("sidecar_version")
-                            and s, limit)
-        _until(lambda: (h := self.direct("GET", "/v1/health")) and h["embedder"]["ready"] and h["search"]["ready"],
-               limit)
+            status = wait_until(lambda: (s := self.status()) and s["state"] == "running" and s.get("sidecar_version")
+                                and s, limit, "the sidecar running", 0.2)
+        wait_until(lambda: (h := self.direct("GET", "/v1/health")) and h["embedder"]["ready"] and h["search"]["ready"],
+                   limit, "the model and the index ready", 0.2)
         return status
 
     def direct(self, method: str, path: str, body: Any = None) -> Any:
@@ -218,7 +210,7 @@ def test_a_killed_sidecar_is_back_within_15_s_and_sigkill_of_sillytavern_leaves_
                 return r.ok ? (await r.json()).memories.map(m => m.text) : []; }""")
             return PINNED in texts
 
-        _until(memory_back, 30.0, every=0.25)
+        wait_until(memory_back, 30.0, "memory back", 0.25)
         back = time.monotonic() - killed
         assert back <= 15.0, f"memory came back after {back:.1f} s"
         status = st.status()
@@ -229,7 +221,7 @@ def test_a_killed_sidecar_is_back_within_15_s_and_sigkill_of_sillytavern_leaves_
     assert _alive(child)
     os.kill(st.server.proc.pid, signal.SIGKILL)  # no exit(): SillyTavern just dies
     st.server.proc.wait(10)
-    _until(lambda: not _alive(child), 30.0)
+    wait_until(lambda: not _alive(child), 30.0, "no sidecar left", 0.2)
 
 
 # --- user accounts: one store per SillyTavern user -------------------------------------------
