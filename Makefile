@@ -26,11 +26,12 @@ run: setup
 
 # Everything: the sidecar's pytest suite, the extension's node tests, and the end-to-end tests in
 # real SillyTavern + Chromium (skipped with the reason when Chromium or Node is missing, except under CI).
-# Two pytest runs: tests/ and tests/e2e/ each have their own conftest.py (imported by name).
+# Two pytest runs: tests/ and tests/e2e/ each have their own conftest.py (imported by name). Both go
+# through tests/run.py, which names the test a crash (a signal, not a failure) hit and runs once more.
 test: setup node_modules/.installed test-node test-python test-e2e
 
 test-python: setup
-	$(PY) -m pytest -q tests --ignore=tests/e2e
+	$(PY) tests/run.py -q tests --ignore=tests/e2e
 
 test-node: node_modules/.installed
 	@if command -v node >/dev/null; then node --test tests/extension/ tests/st_plugin/; fi
@@ -38,7 +39,7 @@ test-node: node_modules/.installed
 # A real browser and SillyTavern on 2 cores: a test that fails is run once more, and the rerun is
 # reported (`R` in the progress line, "rerun" in the summary); one that fails twice fails the run.
 test-e2e: setup
-	$(PY) -m pytest -q --reruns 1 -rR tests/e2e
+	$(PY) tests/run.py -q --reruns 1 -rR tests/e2e
 
 bench: setup
 	$(PY) bench/for_turn.py

@@ -2,7 +2,7 @@
 
 The store: 10,000 messages, 2,000 saved memories, 500 lore cards, 40 characters with sheets and
 secrets, 300 character memories. It is written through the domain layer (memories.create,
-lore.import_world_info, characters.put, conversation.ingest) with the embeddings computed in big
+cards.import_world_info, characters.put, conversation.ingest) with the embeddings computed in big
 batches first: the embedder's cache then answers the domain calls. The 300 character memories
 (SW4) are search documents of kind "character_memory" (with their owner as the one who knows
 them): what search and the memory bank read of them (not the episodes table rows).
@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT))
 from server_plugin.app import build_services  # noqa: E402
 from server_plugin.retrieval import docs as index  # noqa: E402
 from server_plugin.settings import load_settings  # noqa: E402
-from server_plugin.story import characters, chats, lore, memories
+from server_plugin.sillytavern import cards  # noqa: E402
+from server_plugin.story import characters, chats, memories  # noqa: E402
 
 TOKEN = "bench-token-0123456789"
 PAUSE = 0.1  # seconds between a call and the floor measurement (and back)
@@ -81,7 +82,7 @@ def fill_lore(svc, rnd: random.Random) -> None:
     entries = {str(i): {"uid": i, "key": [f"lorekey{i}", rnd.choice(WORDS) + f" {i}"],
                         "comment": f"Place {i}", "content": sentence(rnd, rnd.randint(40, 160)),
                         "constant": i < 3} for i in range(500)}
-    lore.import_world_info(svc, {"world_info": {"entries": entries}, "name": "Bench world"})
+    cards.import_world_info(svc, {"world_info": {"entries": entries}, "name": "Bench world"})
 
 
 def fill_memories(svc, rnd: random.Random) -> int:
