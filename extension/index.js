@@ -9,6 +9,7 @@ import { Features } from './src/features.js';
 import { RingBuffer, createInterceptor } from './src/interceptor.js';
 import { Notices, toast } from './src/notify.js';
 import { installPanel } from './src/panel/panel.js';
+import { QueryPrefetch } from './src/prefetch.js';
 import { TightBudgetNotice, cachedCounter, standingText } from './src/reserve.js';
 import { INSTALL_CONFIG_FILE, SETTINGS_KEY, fetchInstallConfig, fromInstallConfig, readSettings, storeSettings } from './src/settings.js';
 import { addSettingsDrawer } from './src/settings_panel.js';
@@ -54,10 +55,14 @@ state.worker = pageWorker({
     getClient: () => client(), getContext: ctx, getSettings: settings, features, toast,
     isGenerating: () => document.body.dataset.generating === 'true',
 });
+state.prefetch = new QueryPrefetch({
+    getClient: () => client(), getSettings: settings, features, chatId: () => ctx().getCurrentChatId?.(),
+});
 let refreshDrawer = null;
 const on = new EventHandlers({
     getContext: ctx, getSettings: settings, sync: state.sync, worker: state.worker, features, state,
     tellMissingRoute: (error) => notices.missingRoute(error), refreshDrawer: () => refreshDrawer?.(),
+    prefetch: state.prefetch,
 });
 const countStanding = cachedCounter(text => ctx().getTokenCountAsync(text), STANDING_COUNT_MS);
 globalThis.chroniclerInterceptor = createInterceptor({
@@ -93,6 +98,9 @@ attempt('register slash commands', () => registerCommands(c, { getClient: () => 
 const patch = via.mode === 'direct' ? fromInstallConfig(ctx().extensionSettings[SETTINGS_KEY], installed) : null;
 if (patch) writeSettings(patch);
 on.refreshFeatures();
+// A pause in typing: the action is probably final, so its query embedding may start.
+attempt('watch the input box', () => document.querySelector('#send_textarea')
+    ?.addEventListener('input', event => state.prefetch.typed(event.target.value)));
 refreshDrawer = await attempt('add the settings drawer', () => addSettingsDrawer(ctx(), EXTENSION_PATH, {
     read: settings,
     write: writeSettings,

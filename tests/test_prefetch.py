@@ -71,6 +71,12 @@ def test_two_askers_of_one_text_embed_it_once(services):
     assert all((v == vectors[0]).all() for v in vectors)
 
 
+def test_health_lists_the_prefetch_so_the_extension_uses_it(api):
+    """The extension sends prefetches only to a sidecar whose health lists `context_prefetch`."""
+    health = expect_ok(api.get("/v1/health"), 200, "health.response")
+    assert "context_prefetch" in health["capabilities"]
+
+
 def test_a_bad_prefetch_is_refused(api):
     expect_error(api.post("/v1/context/prefetch", json={"text": ACTION}), 400, "invalid_request")
     out = expect_ok(api.post("/v1/context/prefetch", json={"chat_id": "solo", "text": "  "}), 202)

@@ -190,6 +190,7 @@ export class SidecarClient {
         return this.request('DELETE', `/v1/memories/${pathId(id)}${queryString({ actor })}`, options);
     }
 
+    prefetchContext(body, options) { return this.request('POST', '/v1/context/prefetch', { ...options, body }); }
     search(body, options) { return this.request('POST', '/v1/search', { ...options, body }); }
     listSessions(chatId, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/sessions`, options); }
     getSession(chatId, n, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}/sessions/${pathId(n)}`, options); }

@@ -18,7 +18,7 @@ export const NOT_A_TURN = new Set(['first_message', 'command', 'extension', 'qui
  */
 export const EVENT_HANDLERS = Object.freeze([
     ['CHAT_CHANGED', 'chatChanged'],
-    ['MESSAGE_SENT', 'syncNow'],
+    ['MESSAGE_SENT', 'messageSent'],
     ['MESSAGE_RECEIVED', 'messageReceived'],
     ['MESSAGE_EDITED', 'syncNow'],
     ['MESSAGE_UPDATED', 'syncNow'],
@@ -57,6 +57,7 @@ export function chatIdOf(fileName) {
  * @property {(error: any) => void} tellMissingRoute say once that the sidecar lacks a route
  * @property {() => void} [refreshDrawer] the settings drawer, when the sidecar's features changed
  * @property {() => number} [clock] ms, for the handlers' own timing
+ * @property {{now: (text: string) => void}} [prefetch] the next turn's query embedding (prefetch.js)
  */
 
 export class EventHandlers {
@@ -136,6 +137,17 @@ export class EventHandlers {
             stampTurn(message, turn.id);
         }
         this.syncNow('MESSAGE_RECEIVED');
+    }
+
+    /**
+     * MESSAGE_SENT(index): the player's message is known before the prompt is built: its query
+     * embedding starts now (not awaited; usually already started at a pause in typing).
+     * @param {number} index
+     */
+    messageSent(index) {
+        const message = this.deps.getContext().chat?.[index];
+        if (this.enabled() && message?.is_user) this.deps.prefetch?.now(String(message.mes ?? ''));
+        this.syncNow('MESSAGE_SENT');
     }
 
     /** MESSAGE_SWIPED(index): a swipe that is about to generate still shows the old text: the reply will sync it. */

@@ -51,6 +51,10 @@ export const DEFAULTS = Object.freeze({
     // In 'sillytavern' mode: the Connection Manager profile background jobs use ('' = the chat's
     // own connection), e.g. a cheaper model than the chat's.
     jobProfileId: '',
+    // Start the next turn's query embedding as soon as the action is known (a pause in typing this
+    // long, or the message sent), so the context call finds it ready (POST /v1/context/prefetch).
+    prefetchQuery: true,
+    prefetchPauseMs: 400,
 });
 
 /** The file `chronicler install-extension` writes beside the extension folder (URL and token of the sidecar). */

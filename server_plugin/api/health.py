@@ -15,7 +15,8 @@ LIMITS = ("max_body_bytes", "max_import_bytes", "max_messages_body_bytes", "max_
 # What this sidecar can do, so a client detects features from here and never by trying a route
 # that may answer 400 or 404 (a red line in the browser's console).
 CAPABILITIES = ("settings", "search", "sessions", "context", "message_ids", "lore", "episodes", "drafts",
-                "client_jobs", "export", "import", "rollback", "notes", "summaries")
+                "client_jobs", "export", "import", "rollback", "notes", "summaries",
+                "context_prefetch")
 
 
 @bp.get("/health")

@@ -111,7 +111,7 @@ test('dc2: listen connects every event SillyTavern sends to its handler, and the
     }
     assert.deepEqual(seen, [
         ['chatChanged', 1, 'normal', false],
-        ['syncNow', 'MESSAGE_SENT'],
+        ['messageSent', 1, 'normal', false],
         ['messageReceived', 1, 'normal', false],
         ['syncNow', 'MESSAGE_EDITED'],
         ['syncNow', 'MESSAGE_UPDATED'],

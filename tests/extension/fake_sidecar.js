@@ -41,6 +41,12 @@ export class FakeSidecar {
         return this.calls.map(c => c[0]);
     }
 
+    // --- the next turn's query embedding ---
+    async prefetchContext(body) {
+        this.record('prefetchContext', body);
+        return { started: true };
+    }
+
     // --- characters and chats ---
     async getCharacter(id) {
         this.record('getCharacter', id);
