@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import _thread
 import argparse
-import fcntl
 import logging
 import os
 import signal
@@ -54,18 +53,44 @@ class AlreadyRunning(Exception):
     """Another sidecar holds this data folder."""
 
 
+def _try_lock(handle: IO[str], system: str = os.name) -> bool:
+    """Take an exclusive, non-blocking lock on an open file; False when another process holds it.
+
+    POSIX: flock on the whole file. Windows has no fcntl: msvcrt locks the file's first byte
+    (the lock is the process's, and the OS drops it when the process dies, as flock's is)."""
+    try:
+        if system == "nt":
+            import msvcrt
+
+            handle.seek(0)
+            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+        else:
+            import fcntl
+
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _lock_holder(handle: IO[str]) -> str:
+    """Who holds the lock, as it wrote itself down ("pid N"); unreadable while locked on Windows."""
+    try:
+        handle.seek(0)
+        return handle.read().strip() or "another process"
+    except OSError:
+        return "another process"
+
+
 def lock_data_dir(data_dir: Path) -> IO[str]:
     """Hold an exclusive lock on the data folder for the life of the process (one sidecar per store)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     handle = open(data_dir / LOCK_FILE, "a+", encoding="utf-8")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
+    if not _try_lock(handle):
+        holder = _lock_holder(handle)
         handle.close()
         raise AlreadyRunning(f"Another Chronicler sidecar ({holder}) is already using {data_dir}. "
-                             "Stop it first, or start this one with another --data-dir.") from None
+                             "Stop it first, or start this one with another --data-dir.")
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()}\n")

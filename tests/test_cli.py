@@ -84,3 +84,41 @@ def test_bad_setting_exits_with_a_clear_message(tmp_path):
     proc = start(tmp_path, free_port(), CHRONICLER_LLM_MODE="magic")
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2 and "llm_mode" in err
+
+
+def test_every_command_imports_where_there_is_no_fcntl(tmp_path):
+    """Windows has no fcntl: the CLI (serve, backup, import-chat...) must import and parse without it."""
+    code = ("import sys; sys.modules['fcntl'] = None; import server_plugin.cli as cli; "
+            "print(cli.build_parser().parse_args(['serve']).command)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "serve"
+
+
+def test_the_windows_lock_refuses_a_second_holder(tmp_path, monkeypatch):
+    """The data folder's lock through msvcrt (Windows): the first holder gets it, a second is refused
+    with who holds it, and the lock file names the holder's pid."""
+    import types
+
+    from server_plugin import cli
+
+    held: set[str] = set()
+
+    def locking(fd: int, mode: int, nbytes: int) -> None:
+        name = os.path.realpath(f"/proc/self/fd/{fd}")
+        if name in held:
+            raise OSError(36, "Resource deadlock avoided")
+        held.add(name)
+
+    monkeypatch.setitem(sys.modules, "msvcrt", types.SimpleNamespace(locking=locking, LK_NBLCK=2))
+    original = cli._try_lock
+    monkeypatch.setattr(cli, "_try_lock", lambda handle: original(handle, "nt"))
+    first = cli.lock_data_dir(tmp_path)
+    assert held == {os.path.realpath(tmp_path / cli.LOCK_FILE)}  # msvcrt took it, not fcntl
+    try:
+        with pytest.raises(cli.AlreadyRunning, match=f"pid {os.getpid()}"):
+            cli.lock_data_dir(tmp_path)
+        assert (tmp_path / cli.LOCK_FILE).read_text().strip() == f"pid {os.getpid()}"
+    finally:
+        first.close()
