@@ -151,10 +151,7 @@ def copy_for_branch(conn: Connection, parent_id: str, branch_id: str, copied: se
                   "item_ref": refs.get((r["item_kind"], r["item_ref"]), r["item_ref"])}
         conn.execute(f"INSERT INTO told_events({', '.join(values)}) VALUES ({','.join('?' * len(values))})",
                      tuple(values.values()))
-        grants = conn.execute("SELECT item_kind, item_ref, character_id FROM knowledge_grants WHERE told_id=?",
-                              (r["id"],)).fetchall()
-        conn.executemany("INSERT OR IGNORE INTO knowledge_grants(told_id, item_kind, item_ref, character_id)"
-                         " VALUES (?,?,?,?)", [(new_id, g[0], refs.get((g[0], g[1]), g[1]), g[2]) for g in grants])
+        visibility.copy_grants(conn, r["id"], new_id, refs)
     return len(events)
 
 
