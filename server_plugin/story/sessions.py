@@ -314,6 +314,7 @@ def copy_for_branch(conn: Connection, parent_id: str, branch_id: str, upto: Any)
         return 0
     last = messages.ordered(conn, parent_id, "session_n=?", [n_at])[-1]["position"]
     rows = conn.execute("SELECT * FROM sessions WHERE chat_id=? AND n<=?", (parent_id, n_at)).fetchall()
+    indexed = []
     for r in rows:
         whole = r["n"] < n_at or (r["state"] != "open" and last == upto["position"])
         values = dict(r)
@@ -324,8 +325,8 @@ def copy_for_branch(conn: Connection, parent_id: str, branch_id: str, upto: Any)
         conn.execute(f"INSERT INTO sessions({', '.join(values)}) VALUES ({','.join('?' * len(values))})",
                      tuple(values.values()))
         if whole:
-            docs.copy(conn, KIND, search_ref(parent_id, r["n"]), search_ref(branch_id, r["n"]),
-                      chat_id=branch_id)
+            indexed.append((search_ref(parent_id, r["n"]), search_ref(branch_id, r["n"])))
+    docs.copy_many(conn, KIND, indexed, chat_id=branch_id)  # one pass over the index, not one per session
     return len(rows)
 
 
