@@ -74,3 +74,12 @@ test('cp1f: /chronicler-continue is registered when SillyTavern\'s side is given
     assert.equal(await added.at(-1).callback({}, ''), 'Seraphina - 2');
     assert.match(said[0], /new chat of the campaign/);
 });
+
+test('cp1f: the recap message is not sent to the sidecar (it retells the memory; stored, it would be remembered twice)', async () => {
+    const { toRecord } = await import('../../extension/src/sync/records.js');
+    const recap = recapMessage('Previously: x', 'December 2, 2026 11:20am');
+    recap.extra.chronicler_id = 'm1';
+    assert.equal(toRecord(recap, '2026-12-02T11:20:00Z', { defaultSpeaker: 'Seraphina.png' }), null);
+    delete recap.extra.chronicler_recap;
+    assert.equal(toRecord(recap, '2026-12-02T11:20:00Z', { defaultSpeaker: 'Seraphina.png' }).id, 'm1');
+});

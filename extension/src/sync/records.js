@@ -115,7 +115,8 @@ export function speakerOf(message, defaultSpeaker) {
 /**
  * The upsert record of one message (API.md `POST /v1/chats/{id}/messages`), or null for a message
  * the sidecar does not get: hidden and system messages (`is_system`), which SillyTavern also
- * leaves out of the prompt, and messages without an id yet.
+ * leaves out of the prompt, messages without an id yet, and the "previously" recap a continued
+ * campaign's chat opens with (CP1f: it retells the memory; stored, it would be remembered twice).
  * @param {object} message
  * @param {string} fallbackDate ISO date for messages without a readable send_date
  * @param {{index?: number, defaultSpeaker?: string}} [where] its position in the chat; the chat's
@@ -123,7 +124,7 @@ export function speakerOf(message, defaultSpeaker) {
  */
 export function toRecord(message, fallbackDate, { index, defaultSpeaker } = {}) {
     const id = messageId(message);
-    if (!id || message.is_system) return null;
+    if (!id || message.is_system || message.extra?.chronicler_recap) return null;
     const record = {
         id,
         role: message.is_user ? 'user' : 'assistant',
