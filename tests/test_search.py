@@ -492,26 +492,3 @@ def test_m003_backfills_items_indexed_before_it(tmp_path, embedder):
     assert index.orphans(db.reader()) == dict.fromkeys(index.orphans(db.reader()), 0)
     db.close()
 
-
-
-def test_sw6_vectors_read_by_lookups_or_by_one_scan_are_the_same(api, services, monkeypatch):
-    """rule SW6: a few rowids are read by lookups, many by one scan of the table (docs.SCAN_RATIO);
-    both give each item exactly its stored vector and passages, and nothing else."""
-    setup_cast(api)
-    long_text = " ".join(f"Sentence {i} tells of the road across the {w} hills." for i, w in
-                         enumerate(["green", "grey", "misty", "windy", "stony", "dry", "wet", "cold"]))
-    made = [memory(api, f"Memory {n}: the lantern {n} burned by the harbour.") for n in range(6)]
-    made.append(memory(api, long_text))
-    conn = services.db.reader()
-    rows = conn.execute("SELECT id, passages FROM docs ORDER BY id").fetchall()
-    doc_ids = [int(r[0]) for r in rows]
-    passage_ids = [int(r[0]) * index.MAX_PASSAGES + i for r in rows for i in range(r[1])]
-    assert len(passage_ids) > 1 and len(made) == 7
-    everything = index.item_vectors(conn, None), index.passage_vectors(conn, None)
-    for ratio in (1, 10_000):  # every read by lookups, then every read by a scan
-        monkeypatch.setattr(index, "SCAN_RATIO", ratio)
-        for pick in (doc_ids[:1], doc_ids[2:5], doc_ids):
-            got = index.item_vectors(conn, pick)
-            assert sorted(got) == sorted(pick) and all(np.array_equal(got[d], everything[0][d]) for d in pick)
-        got = index.passage_vectors(conn, passage_ids[1:])
-        assert sorted(got) == passage_ids[1:] and all(np.array_equal(got[p], everything[1][p]) for p in got)

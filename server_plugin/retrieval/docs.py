@@ -364,28 +364,16 @@ def prune_gone(conn: Connection, rev: int) -> None:
     conn.execute("UPDATE search_meta SET value = max(value, ?) WHERE key='docs_gone_floor'", (rev,))
 
 
-# Reading 1/SCAN_RATIO of a vector table's rows or more, one scan beats a lookup per rowid
-# (profiled on bench/branch.py's store: 3,000 lookups 0.3 s, one scan of the table about 3 ms).
-SCAN_RATIO = 50
-
-
-def _table_rows(conn: Connection, table: str) -> int:
-    """How many rows a vector table holds, from the index's own counts (vec0 has no cheap count)."""
-    column = "count(*)" if table == "docs_vec" else "sum(passages)"
-    return int(conn.execute(f"SELECT coalesce({column}, 0) FROM docs").fetchone()[0])
-
-
 def _vectors(conn: Connection, table: str, rowids: Sequence[int] | None) -> dict[int, np.ndarray]:
     if rowids is None:
         rows = conn.execute(f"SELECT rowid, embedding FROM {table}").fetchall()
-    elif len(rowids) * SCAN_RATIO >= _table_rows(conn, table):
-        # Many of the table's rows (a branch's copies): one scan. vec0 answers `rowid IN (...)`
-        # of more than one id by a scan too, so the old 500-id chunks each scanned the table.
-        wanted = set(rowids)
-        rows = [r for r in conn.execute(f"SELECT rowid, embedding FROM {table}") if r[0] in wanted]
     else:
-        rows = [r for i in dict.fromkeys(rowids)
-                for r in conn.execute(f"SELECT rowid, embedding FROM {table} WHERE rowid=?", (i,))]
+        rows = []
+        for start in range(0, len(rowids), 500):
+            chunk = list(rowids[start:start + 500])
+            if chunk:
+                rows += conn.execute(f"SELECT rowid, embedding FROM {table} WHERE rowid IN"
+                                     f" ({','.join('?' * len(chunk))})", chunk).fetchall()
     return {int(r[0]): np.frombuffer(r[1], dtype=np.float32) for r in rows}
 
 
