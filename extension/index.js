@@ -2,6 +2,7 @@
 // src/. SillyTavern is reached only through SillyTavern.getContext(), the sidecar only through src/client.js.
 
 import { clientFor } from './src/client.js';
+import { stDeps } from './src/campaign.js';
 import { commandUi, registerCommands } from './src/commands.js';
 import { testConnection } from './src/connection.js';
 import { EventHandlers, listen } from './src/events.js';
@@ -93,7 +94,7 @@ async function attempt(what, part) {
 const c = ctx();
 listen(c.eventSource, c.eventTypes, on);
 attempt('register tools', () => registerTools(c, { getClient: () => client(), speaker: () => speakerNow(ctx(), state.turns.current), getSettings: settings, features }));
-attempt('register slash commands', () => registerCommands(c, { getClient: () => client(), where: () => placeNow(ctx()), getSettings: settings }, commandUi(c, toast)));
+attempt('register slash commands', () => registerCommands(c, { getClient: () => client(), where: () => placeNow(ctx()), getSettings: settings, st: stDeps(ctx) }, commandUi(c, toast)));
 // Directly: the URL and token of the install file, taken only while ours are empty.
 const patch = via.mode === 'direct' ? fromInstallConfig(ctx().extensionSettings[SETTINGS_KEY], installed) : null;
 if (patch) writeSettings(patch);

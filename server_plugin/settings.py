@@ -151,6 +151,8 @@ CONVERSATION = [
     _s("session_gap_hours", float, 6.0, "A message this long after the previous one starts a new session (SW2).", 0),
     _s("session_prompt_max_tokens", int, 6000, "Message tokens a session-summary prompt may carry; older parts go in as summaries (SW2).", 200),
     _s("session_shorts_in_context", int, 5, "Short summaries of previous sessions given to the context (SW2).", 0),
+    _s("recap_sessions", int, 3, "Sessions (latest first) whose short summaries make a campaign's \"previously\" recap (CP1f).", 1),
+    _s("recap_tokens", int, 300, "Longest \"previously\" recap opening a new chat of a campaign (CP1f).", 20),
     _s("note_max_chars", int, 1000, "Longest campaign note (SW3).", 1),
     _s("notes_in_prompt", int, 20, "Open notes shown to the session-summary job (SW3).", 0),
     _s("session_max_threads", int, 5, "Open threads a session summary may propose as notes (SW3).", 0),

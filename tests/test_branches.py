@@ -113,3 +113,20 @@ def test_cp2_deleting_the_parent_keeps_the_branchs_memory_whole(api, services):
     assert [rows(services, f"SELECT count(*) FROM {t} WHERE chat_id='b'")[0][0]
             for t in ("messages", "summaries", "sessions", "docs")] == counts
     assert context(api, "b") == summary
+
+
+def test_cp1e_a_group_converted_from_a_chat_is_a_branch_that_keeps_its_campaign(api, services):
+    """rule CP1e, CP2a: registered with `branch_of` at the last message and the parent's
+    `campaign_id` (as the extension registers SillyTavern's "Convert to group"), the new chat
+    is in the parent's campaign and holds its copies, with no job queued."""
+    parent_with_jobs_done(api, services)
+    before = len(job_rows(services))
+    out = expect_ok(api.put("/v1/chats/g", json={"member_ids": ["ayla.png"], "campaign_id": "p",
+                                                 "branch_of": {"chat_id": "p", "message_id": "a9"}}),
+                    201, "chat.response")
+    assert out["chat"]["campaign_id"] == "p" and out["chat"]["branch_of"]["chat_id"] == "p"
+    assert upload_copies(api, 9, chat_id="g")["jobs_enqueued"] == 0 and len(job_rows(services)) == before
+    assert rows(services, "SELECT count(*) FROM messages WHERE chat_id='g'")[0][0] == \
+        rows(services, "SELECT count(*) FROM messages WHERE chat_id='p'")[0][0]
+    campaigns = expect_ok(api.get("/v1/campaigns"), 200, "campaigns.response")["campaigns"]
+    assert [sorted(ch["id"] for ch in c["chats"]) for c in campaigns if c["id"] == "p"] == [["g", "p"]]

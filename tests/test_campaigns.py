@@ -288,3 +288,32 @@ def test_cp1_cp2_export_and_import_carry_campaigns_branch_links_and_learned_fiel
         assert for_turn(api_b, "br", "ayla.png") == set()
     finally:
         svc_b.db.close()
+
+
+# --- continuing the campaign in a new chat (CP1f) ----------------------------------------------
+
+def recap(api, campaign_id):
+    return expect_ok(api.get(f"/v1/campaigns/{campaign_id}/recap"), 200, "campaign_recap.response")
+
+
+def test_cp1f_the_recap_tells_the_latest_sessions_of_every_chat_of_the_campaign(api, services):
+    """rule CP1f: a new chat of the campaign opens with "previously": the short summaries of the
+    latest sessions across its chats, oldest first; nothing before any summary; an unknown
+    campaign is a 404."""
+    register_cast(api)
+    chat(api, "g", "ayla.png")
+    chat(api, "s", "ayla.png")
+    assert recap(api, "g") == {"campaign_id": "g", "text": "", "parts": []}
+    post(api, turn_messages(1, minutes=0), "g")
+    end_session(api, "g")
+    put_chat(api, "s", campaign_id="g")
+    post(api, turn_messages(2, minutes=600), "s")
+    end_session(api, "s")
+    drain(services)
+    got = recap(api, "g")
+    assert got["parts"] == ["g#1", "s#1"]
+    shorts = [expect_ok(api.get(f"/v1/chats/{c}/sessions"), 200)["sessions"][0]["short"] for c in ("g", "s")]
+    assert all(shorts) and got["text"].startswith("Previously: ")
+    assert got["text"].index(shorts[0][:30]) < got["text"].index(shorts[1][:30])
+    for unknown in ("s", "nowhere"):  # s is in g's campaign now: "s" names no campaign
+        expect_error(api.get(f"/v1/campaigns/{unknown}/recap"), 404, "campaign_not_found")

@@ -381,6 +381,7 @@ def test_api_md_response_schemas_match_real_answers(app):
     call("POST", "/v1/chats/c1/sessions/end", {})
     call("GET", "/v1/chats/c1/sessions")
     call("GET", "/v1/campaigns/c1/sessions")
+    call("GET", "/v1/campaigns/c1/recap")
     call("GET", "/v1/chats/c1/sessions/1")
     call("POST", "/v1/chats/c1/sessions/1/rebuild", {})
     listed = call("GET", "/v1/jobs?chat_id=c1")

@@ -279,3 +279,42 @@ def test_visibility_tell_is_recorded_and_untell_is_exact(api, services, fake):
         assert visibility.untell(services, conn, ["k_a"]) == 1
         assert visibility.known_by(conn, items[1]) == ["ayla.png", "cora.png"]
     assert index_entry(services, "memory", private["id"])["known_by"] == ["ayla.png", "cora.png"]
+
+
+def branch_of_road(api) -> None:
+    """A branch of the road chat made at its last message (CP2), the telling copied into it."""
+    expect_ok(api.put("/v1/chats/road-b", json={"member_ids": ["ayla.png", "cora.png"],
+                                                 "branch_of": {"chat_id": "road", "message_id": "r-c1"}}), 201)
+
+
+def test_cp2_sw9b_a_branch_keeps_what_was_told_before_m_when_the_parent_is_deleted(api, services, fake):
+    """rules CP2, SW9b: the telling before the branch point is the branch's too (its own told
+    event, its own grants): deleting the parent, which undoes the parent's telling, leaves Cora
+    knowing Ayla's memory and its source message."""
+    memory = confide(api, services, fake.responder)
+    road(api, services, fake.responder)
+    branch_of_road(api)
+    [told] = expect_ok(api.get("/v1/told?chat_id=road-b"), 200, "told.response")["told"]
+    assert (told["teller_id"], told["listener_ids"], told["item"], told["message_id"]) == (
+        "ayla.png", ["cora.png"], {"kind": "character_memory", "ref": memory["id"]}, "r-a1")
+    expect_ok(api.delete("/v1/chats/road"), 200)
+    assert expect_ok(api.get("/v1/told?chat_id=road"), 200, "told.response")["told"] == []
+    assert "cora.png" in knowers(api, memory["id"])
+    assert "cora.png" in index_entry(services, "message", message_seq(services, "ayla-chat", "u1"))["known_by"]
+    no_orphans(services)
+
+
+def test_cp2_rv10_rolling_back_the_telling_in_the_branch_leaves_the_parents(api, services, fake):
+    """rules CP2, RV10: rolling back the telling turn in the branch undoes the branch's told
+    event only: the parent's stands, and Cora still knows (she was told there)."""
+    memory = confide(api, services, fake.responder)
+    road(api, services, fake.responder)
+    branch_of_road(api)
+    out = expect_ok(api.post("/v1/chats/road-b/turns/r1/rollback", json={}), 200, "turn_rollback.response")
+    assert out["removed"]["told_events"] == 1
+    assert expect_ok(api.get("/v1/told?chat_id=road-b"), 200, "told.response")["told"] == []
+    assert len(expect_ok(api.get("/v1/told?chat_id=road"), 200, "told.response")["told"]) == 1
+    assert "cora.png" in knowers(api, memory["id"])
+    expect_ok(api.post("/v1/chats/road/turns/r1/rollback", json={}), 200)
+    assert knowers(api, memory["id"]) == ["ayla.png", "kai.png"]
+    no_orphans(services)

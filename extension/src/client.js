@@ -213,6 +213,7 @@ export class SidecarClient {
     // --- the memory panel (src/panel/) ---
     listCharacters(options) { return this.request('GET', '/v1/characters', options); }
     listCampaigns(options) { return this.request('GET', '/v1/campaigns', options); }
+    campaignRecap(campaignId, options) { return this.request('GET', `/v1/campaigns/${pathId(campaignId)}/recap`, options); }
     getChat(chatId, options) { return this.request('GET', `/v1/chats/${pathId(chatId)}`, options); }
     deleteAllMemories(body, options) { return this.request('POST', '/v1/memories/delete-all', { ...options, body }); }
     memoryDrafts(body, options) { return this.request('POST', '/v1/memories/drafts', { ...options, body }); }

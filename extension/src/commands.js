@@ -2,6 +2,7 @@
 //   /remember [scope=global|character] [pin=true] [for=Name] text   save a memory (RV9b)
 //   /recall query                                                   search the memory
 //   /session-end                                                    close the session (SW2)
+//   /chronicler-continue                                            continue the campaign in a new chat (CP1f)
 //
 // The callbacks' logic is here as plain functions of their arguments and `deps`; `registerCommands`
 // only wraps them in SillyTavern's SlashCommand objects.
@@ -12,8 +13,10 @@
  * @property {() => {chatId?: string, isGroup: boolean, memberIds: string[], characterId?: string, lastSpeakerId?: string,
  *   characters: Array<{avatar: string, name: string}>}} where the open chat and its people
  * @property {() => {recallResults: number}} getSettings
+ * @property {import('./campaign.js').ContinueDeps['st']} [st] SillyTavern's side of /chronicler-continue
  */
 
+import { continueCampaign } from './campaign.js';
 import { escapeHtml } from './html.js';
 
 const TRUE = new Set(['true', 'yes', 'on', '1']);
@@ -183,7 +186,15 @@ export function registerCommands(ctx, deps, ui) {
         helpString: '<div>End the current session of this chat in Chronicler: it writes the session summary, scene '
             + 'summaries and character memories in the background. The next message starts a new session.</div>',
     }));
-    return ['remember', 'recall', 'session-end'];
+    if (!deps.st) return ['remember', 'recall', 'session-end'];
+    SlashCommandParser.addCommandObject(SlashCommand.fromProps({
+        name: 'chronicler-continue',
+        callback: run(() => continueCampaign(deps)),
+        returns: 'the id of the new chat',
+        helpString: '<div>Continue this chat\'s campaign in a new chat with the same character or group: '
+            + 'Chronicler keeps its memory, and the new chat opens with a short "previously" recap.</div>',
+    }));
+    return ['remember', 'recall', 'session-end', 'chronicler-continue'];
 }
 
 /**

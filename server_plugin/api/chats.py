@@ -40,3 +40,8 @@ def list_campaigns() -> dict:
 @bp.get("/campaigns/<campaign_id>/sessions")
 def campaign_sessions(campaign_id: str) -> dict:
     return {"sessions": sessions.campaign_sessions(svc(), path_id(campaign_id, "campaign id"))}
+
+
+@bp.get("/campaigns/<campaign_id>/recap")
+def campaign_recap(campaign_id: str) -> dict:
+    return sessions.campaign_recap(svc(), path_id(campaign_id, "campaign id"))

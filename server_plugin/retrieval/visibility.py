@@ -283,6 +283,15 @@ def tell(svc: Any, conn: Connection, items: Sequence[ItemRef], listener_ids: Ite
     return added
 
 
+def copy_grants(conn: Connection, told_id: str, new_told_id: str, refs: dict[tuple[str, str], str]) -> None:
+    """A told event copied into a branch (CP2) grants what the original granted, recorded under
+    the copy: `refs` maps (item kind, ref) to the branch copy's ref; an item not in it keeps its."""
+    grants = conn.execute("SELECT item_kind, item_ref, character_id FROM knowledge_grants WHERE told_id=?",
+                          (told_id,)).fetchall()
+    conn.executemany("INSERT OR IGNORE INTO knowledge_grants(told_id, item_kind, item_ref, character_id)"
+                     " VALUES (?,?,?,?)", [(new_told_id, g[0], refs.get((g[0], g[1]), g[1]), g[2]) for g in grants])
+
+
 def untell(svc: Any, conn: Connection, told_ids: Iterable[str]) -> int:
     """Undo told events (inside a write): remove the characters they added to items' known_by,
     except where another remaining told event added the same character. The events themselves

@@ -16,9 +16,9 @@ changes nothing; one whose text differs (a branch made from a swipe rewrites M u
 is an edit of the branch's copy and re-derives only the branch's items. Copies are the branch's
 own rows: editing, deleting or renaming the parent leaves them.
 
-Not copied yet: told events (SW9b) and what they granted (the copies keep their `known_by`, so
-who knows what is unchanged, but a rollback in the branch of a turn before M cannot undo them);
-with no `message_id` nothing is copied (the extension always sends the branch's last message).
+Told events (SW9b) whose evidence was copied are copied with what they granted, under the copy's
+id: deleting the parent (which undoes its events) leaves what the branch's listeners were told.
+With no `message_id` nothing is copied (the extension always sends the branch's last message).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from ..hooks import Hooks
 from ..jobs.queue import JobKinds
 from ..services import Services
 from ..store.db import Connection
-from . import chats, episodes, memories, messages, sessions, summaries
+from ..retrieval import visibility
+from . import chats, episodes, memories, messages, sessions, summaries, told
 
 
 def copy_from_parent(svc: Services, conn: Connection, branch_id: str, parent_id: str,
@@ -43,10 +44,21 @@ def copy_from_parent(svc: Services, conn: Connection, branch_id: str, parent_id:
     done = {"messages": len(seqs)}
     done["summaries"] = len(summaries.copy_for_branch(conn, parent_id, branch_id, copied, seqs))
     done["sessions"] = sessions.copy_for_branch(conn, parent_id, branch_id, upto)
-    done["episodes"] = len(episodes.copy_for_branch(conn, parent_id, branch_id, copied))
-    done["memories"] = memories.copy_for_branch(svc, conn, parent_id, branch_id,
-                                                chats.campaign_of(conn, branch_id) or branch_id, copied)
+    scenes = episodes.copy_for_branch(conn, parent_id, branch_id, copied)
+    filed = memories.copy_for_branch(svc, conn, parent_id, branch_id,
+                                     chats.campaign_of(conn, branch_id) or branch_id, copied)
+    done["episodes"], done["memories"] = len(scenes), len(filed)
+    done["told_events"] = told.copy_for_branch(conn, parent_id, branch_id, copied,
+                                               _copied_refs(seqs, scenes, filed))
     return done
+
+
+def _copied_refs(seqs: dict[int, int], scenes: dict[str, str], filed: dict[str, str]) -> dict[tuple[str, str], str]:
+    """(tellable item kind, parent ref) -> the branch copy's ref (visibility.ItemRef's kinds)."""
+    refs = {(visibility.MESSAGE, str(a)): str(b) for a, b in seqs.items()}
+    refs.update({(kind, a): b for a, b in scenes.items() for kind in (episodes.MEMORY, episodes.SCENE)})
+    refs.update({(memories.KIND, a): b for a, b in filed.items()})
+    return refs
 
 
 def register(jobs: JobKinds, hooks: Hooks) -> None:

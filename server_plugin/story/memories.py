@@ -426,23 +426,23 @@ def _character_deleted(svc: Services, conn: Connection, character_id: str) -> di
 
 
 def copy_for_branch(svc: Services, conn: Connection, parent_id: str, branch_id: str, campaign_id: str,
-                    copied: set[str]) -> int:
+                    copied: set[str]) -> dict[str, str]:
     """CP2, CP1a: the memories a model or a job filed from the parent's messages before the
     branch point (`copied`: their ids) are copied into the branch's campaign, vectors copied.
-    A person's memories are read everywhere already and are not copied. Returns how many."""
+    A person's memories are read everywhere already and are not copied. Returns {parent
+    memory id: copy's id}."""
     rows = conn.execute("SELECT * FROM memories WHERE chat_id=? AND campaign_id IS NOT NULL AND"
                         " source_message_ids != '[]'", (parent_id,)).fetchall()
-    n = 0
+    mapping: dict[str, str] = {}
     for r in rows:
         if not set(loads(r["source_message_ids"])) <= copied:
             continue
-        new_id = chats.branch_ref(branch_id, r["id"])
+        new_id = mapping[r["id"]] = chats.branch_ref(branch_id, r["id"])
         values = {**dict(r), "id": new_id, "chat_id": branch_id, "campaign_id": campaign_id}
         conn.execute(f"INSERT INTO memories({', '.join(values)}) VALUES ({','.join('?' * len(values))})",
                      tuple(values.values()))
-        docs.copy(conn, KIND, r["id"], new_id, chat_id=branch_id)
-        n += 1
-    return n
+    docs.copy_many(conn, KIND, list(mapping.items()), chat_id=branch_id)
+    return mapping
 
 
 def _chat_moved(svc: Services, conn: Connection, chat_id: str, old: str, new: str,

@@ -280,6 +280,30 @@ def campaign_sessions(svc: Services, campaign_id: str) -> list[dict[str, Any]]:
     return sorted(out, key=lambda s: (s["started_at"], s["chat_id"], s["n"]))
 
 
+RECAP_OPENING = "Previously: "
+
+
+def campaign_recap(svc: Services, campaign_id: str) -> dict[str, Any]:
+    """CP1f: the short "previously" recap a new chat of the campaign opens with — the short
+    summaries of its latest `recap_sessions` summarised sessions across its chats, oldest first
+    (else its latest chat's newest rolling summary), cut at `recap_tokens`. For the person
+    starting the chat: nothing is hidden from them. `text` is empty for a campaign with no
+    summary yet; `parts` names what it was made of."""
+    chat_ids = [c["id"] for c in chats.campaign(svc, campaign_id)["chats"]]
+    with svc.db.read() as conn:
+        marks = ",".join("?" * len(chat_ids))
+        done = conn.execute(f"SELECT chat_id, n, short FROM sessions WHERE chat_id IN ({marks}) AND short"
+                            " IS NOT NULL AND short != '' ORDER BY last_at DESC, n DESC LIMIT ?",
+                            (*chat_ids, svc.settings.recap_sessions)).fetchall()
+        parts = [(search_ref(r["chat_id"], r["n"]), r["short"]) for r in reversed(done)]
+        if not parts:
+            recent = summaries.visible(conn, chat_ids[-1])["recent"]
+            parts = [(r["id"], summaries.render(r["text"], [])) for r in recent[-1:]]
+    said = " ".join(text.strip() for _, text in parts if text and text.strip())
+    text = svc.tokens.truncate(RECAP_OPENING + said, svc.settings.recap_tokens) if said else ""
+    return {"campaign_id": campaign_id, "text": text, "parts": [ref for ref, _ in parts]}
+
+
 def copy_for_branch(conn: Connection, parent_id: str, branch_id: str, upto: Any) -> int:
     """CP2: copy the parent's sessions up to the branch point `upto` (the last copied message's
     row) into the branch, with their summaries and search entries, no job queued. The session
@@ -290,6 +314,7 @@ def copy_for_branch(conn: Connection, parent_id: str, branch_id: str, upto: Any)
         return 0
     last = messages.ordered(conn, parent_id, "session_n=?", [n_at])[-1]["position"]
     rows = conn.execute("SELECT * FROM sessions WHERE chat_id=? AND n<=?", (parent_id, n_at)).fetchall()
+    indexed = []
     for r in rows:
         whole = r["n"] < n_at or (r["state"] != "open" and last == upto["position"])
         values = dict(r)
@@ -300,8 +325,8 @@ def copy_for_branch(conn: Connection, parent_id: str, branch_id: str, upto: Any)
         conn.execute(f"INSERT INTO sessions({', '.join(values)}) VALUES ({','.join('?' * len(values))})",
                      tuple(values.values()))
         if whole:
-            docs.copy(conn, KIND, search_ref(parent_id, r["n"]), search_ref(branch_id, r["n"]),
-                      chat_id=branch_id)
+            indexed.append((search_ref(parent_id, r["n"]), search_ref(branch_id, r["n"])))
+    docs.copy_many(conn, KIND, indexed, chat_id=branch_id)  # one pass over the index, not one per session
     return len(rows)
 
 

@@ -134,6 +134,27 @@ def _apply_told(svc: Services, conn: Connection, job: queue.Job, result: Extract
     return {"told": told, "granted": dict(granted), **out.report()}
 
 
+# --- branches (CP2) ---------------------------------------------------------------------------
+def copy_for_branch(conn: Connection, parent_id: str, branch_id: str, copied: set[str],
+                    refs: dict[tuple[str, str], str]) -> int:
+    """CP2: the parent's told events whose evidence message was copied (`copied`: their ids) are
+    the branch's too, each with its grants under the copy's id, so that undoing the parent's
+    (deleting the parent, a rollback there) leaves what the branch's listeners know. `refs` maps
+    (item kind, parent ref) to the branch copy's ref; an item not copied keeps its ref (it lives
+    outside the parent chat, and the branch's telling grants it as the parent's did). Returns
+    how many events were copied."""
+    events = [r for r in conn.execute("SELECT * FROM told_events WHERE chat_id=?", (parent_id,)).fetchall()
+              if r["message_id"] in copied]
+    for r in events:
+        new_id = chats.branch_ref(branch_id, r["id"])
+        values = {**dict(r), "id": new_id, "chat_id": branch_id,
+                  "item_ref": refs.get((r["item_kind"], r["item_ref"]), r["item_ref"])}
+        conn.execute(f"INSERT INTO told_events({', '.join(values)}) VALUES ({','.join('?' * len(values))})",
+                     tuple(values.values()))
+        visibility.copy_grants(conn, r["id"], new_id, refs)
+    return len(events)
+
+
 # --- undoing (SW9b, RV10) ----------------------------------------------------------------------
 def _undo(svc: Services, conn: Connection, told_ids: Sequence[str]) -> None:
     """Take back what these events granted (visibility.untell), then delete them."""

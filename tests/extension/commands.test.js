@@ -90,7 +90,7 @@ test('dc2: registerCommands adds /remember, /recall and /session-end with help s
     const said = [];
     const d = deps();
     const names = registerCommands(ctx, d, { ok: (t) => said.push(['ok', t]), fail: (e) => said.push(['fail', e.message]), show: () => {} });
-    assert.deepEqual(names, ['remember', 'recall', 'session-end']);
+    assert.deepEqual(names, ['remember', 'recall', 'session-end']);  // no SillyTavern side given: no /chronicler-continue
     assert.deepEqual(added.map(c => c.name), names);
     for (const c of added) assert.ok(c.helpString.length > 30, c.name);
     assert.deepEqual(added[0].namedArgumentList.map(a => a.name), ['scope', 'pin', 'for']);

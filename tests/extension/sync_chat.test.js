@@ -312,3 +312,38 @@ test('cp2: a checkpoint opened after the sidecar already knows it, and a chat th
     }
     assert.equal(plain.sidecar.calls.some(c => c[0] === 'getChat'), false);
 });
+
+test('cp1e: a chat synced gets its own id as origin mark in its metadata, saved once', async () => {
+    const s = setup({ chat: [msg('u1', { user: true })] });
+    s.ctx.chatMetadata = {};
+    let saves = 0;
+    s.ctx.saveMetadataDebounced = () => { saves += 1; };
+    await s.sync.syncCurrentChat('test').done;
+    assert.equal(s.ctx.chatMetadata.chronicler_chat_id, 'Seraphina - 1');
+    await s.sync.syncCurrentChat('test').done;
+    assert.equal(saves, 1);
+});
+
+test('cp1e: "Convert to group" (a group chat carrying a solo chat\'s mark) is a branch at its last message that keeps the campaign', async () => {
+    const sidecar = new FakeSidecar();
+    await sidecar.putChat('Seraphina - 1', { member_ids: ['Seraphina.png'], campaign_id: 'Saga' });
+    const chat = [msg('u1', { user: true }), msg('r1', { turn: 't1' })];
+    const s = setup({ chat, chatId: '2026-12-02@11h00m00s', group: ['Seraphina.png'], sidecar });
+    s.ctx.chatMetadata = { chronicler_chat_id: 'Seraphina - 1' };
+    await s.sync.syncCurrentChat('test').done;
+    const [put] = s.sidecar.calls.filter(c => c[0] === 'putChat' && c[1] === '2026-12-02@11h00m00s');
+    assert.deepEqual(put[2].branch_of, { chat_id: 'Seraphina - 1', message_id: 'r1' });
+    assert.equal(put[2].campaign_id, 'Saga');
+    assert.equal(s.ctx.chatMetadata.chronicler_chat_id, '2026-12-02@11h00m00s', 'the copy now marks itself');
+});
+
+test('cp1e: a one-to-one copy carrying another chat\'s mark is a plain branch (a campaign of its own)', async () => {
+    const sidecar = new FakeSidecar();
+    await sidecar.putChat('Seraphina - 1', { member_ids: ['Seraphina.png'], campaign_id: 'Saga' });
+    const s = setup({ chat: [msg('u1', { user: true })], chatId: 'Seraphina - copy', sidecar });
+    s.ctx.chatMetadata = { chronicler_chat_id: 'Seraphina - 1' };
+    await s.sync.syncCurrentChat('test').done;
+    const [put] = s.sidecar.calls.filter(c => c[0] === 'putChat' && c[1] === 'Seraphina - copy');
+    assert.deepEqual(put[2].branch_of, { chat_id: 'Seraphina - 1', message_id: 'u1' });
+    assert.equal(put[2].campaign_id, undefined);
+});

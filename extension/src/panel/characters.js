@@ -1,10 +1,11 @@
 // The Characters tab (SW1, SW9b, RV14, RV16, CP1): a character's sheet (free fields and secrets with
 // who knows them), its "learn from chat" switch, the open chat's memory switch and its campaign
-// (join another chat's campaign, or split off into one of its own).
+// (join another chat's campaign, split off into one of its own, or continue it in a new chat, CP1f).
 // Routes: GET /v1/characters, PUT /v1/characters/{id} (fields left out keep their values),
 // GET /v1/chats/{id}, PUT /v1/chats/{id}, GET /v1/campaigns.
 
 import { autoGrow, button, checkbox, clear, el, iconButton, messageLine, newId, select, setDisabled } from './dom.js';
+import { continueCampaign, stDeps } from '../campaign.js';
 import { describeError } from './memory_model.js';
 
 const FIELD_NAME = /^[a-z][a-z0-9_]{0,39}$/;
@@ -98,7 +99,22 @@ class CharactersTab {
         }
         const { options, current } = campaignChoices(campaigns, chatId);
         const picker = select(options, { value: current, label: 'Campaign', onChange: (value) => this.setCampaign(value, picker, current) });
-        clear(this.campaign).append('Campaign ', picker);
+        const onward = button('Continue in a new chat', { icon: 'fa-forward', title: 'A new chat with the same character or group in this campaign, opening with a "previously" recap',
+            onClick: () => this.continueInNewChat() });
+        clear(this.campaign).append('Campaign ', picker, onward);
+    }
+
+    /** CP1f: a new chat of this campaign, opening with the recap (as /chronicler-continue). */
+    async continueInNewChat() {
+        const { chatId } = this.pctx.chat();
+        if (!chatId || !this.chatRecord) return;
+        const memberIds = this.chatRecord.member_ids;
+        try {
+            const out = await continueCampaign({ getClient: this.pctx.client, where: () => ({ chatId, memberIds }), st: stDeps(this.pctx.st) });
+            this.message.show(out.message, 'ok');
+        } catch (error) {
+            this.message.show(describeError(error), 'error');
+        }
     }
 
     async setCampaign(campaignId, picker, previous) {

@@ -8,7 +8,7 @@ import { allowNotFound, isMissingRoute } from '../client.js';
 import { CastSync, chatMembers, chatTitle } from './cast.js';
 import { ChatLedger, listAllIds, orphanIds, reconcile } from './ledger.js';
 import { SyncQueue } from './queue.js';
-import { branchLink, chatRecords, ensureIds, idMaker, messageId } from './records.js';
+import { branchLink, chatRecords, ensureIds, idMaker, markOrigin, messageId } from './records.js';
 
 /**
  * Split a list into batches of at most `size`.
@@ -30,6 +30,15 @@ async function isNewChat(client, chatId) {
         return false;
     } catch (error) {
         return error?.status === 404 && error?.code === 'chat_not_found';
+    }
+}
+
+/** The campaign the sidecar files a chat under (CP1), or undefined (unknown chat, older sidecar). */
+async function campaignOf(client, chatId) {
+    try {
+        return (await client.getChat(chatId))?.chat?.campaign_id ?? undefined;
+    } catch {
+        return undefined;
     }
 }
 
@@ -123,6 +132,8 @@ export class ChatSync {
         if (!chatId) return { assigned: [], done: Promise.resolve() };
         const assigned = ensureIds(ctx.chat, idMaker(ctx));
         const snapshot = this.snapshot(ctx);
+        // After the snapshot read the mark a copied file brought (originLink), this file's own.
+        if (markOrigin(ctx, chatId) && !assigned.length) ctx.saveMetadataDebounced?.();
         const { removed, rollbackTurns } = reconcile(this.ledger(chatId), ctx.chat.map(messageId), snapshot.records.map(r => r.id));
         this.ledger(chatId).observe(snapshot.records);
         for (const turnId of rollbackTurns) addTo(this.pendingRollbacks, chatId, turnId);
@@ -172,7 +183,12 @@ export class ChatSync {
         if (title) body.title = String(title);
         const key = JSON.stringify(body);
         if (this.registered.get(chatId) === key) return;
-        if (branch && !this.registered.has(chatId) && await isNewChat(client, chatId)) body.branch_of = branch;
+        if (branch && !this.registered.has(chatId) && await isNewChat(client, chatId)) {
+            const { keep_campaign: keep, ...link } = branch;
+            body.branch_of = link;
+            if (keep) body.campaign_id = await campaignOf(client, link.chat_id);
+            if (!body.campaign_id) delete body.campaign_id;
+        }
         await client.putChat(chatId, body);
         this.registered.set(chatId, key);
     }

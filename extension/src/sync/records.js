@@ -115,7 +115,8 @@ export function speakerOf(message, defaultSpeaker) {
 /**
  * The upsert record of one message (API.md `POST /v1/chats/{id}/messages`), or null for a message
  * the sidecar does not get: hidden and system messages (`is_system`), which SillyTavern also
- * leaves out of the prompt, and messages without an id yet.
+ * leaves out of the prompt, messages without an id yet, and the "previously" recap a continued
+ * campaign's chat opens with (CP1f: it retells the memory; stored, it would be remembered twice).
  * @param {object} message
  * @param {string} fallbackDate ISO date for messages without a readable send_date
  * @param {{index?: number, defaultSpeaker?: string}} [where] its position in the chat; the chat's
@@ -123,7 +124,7 @@ export function speakerOf(message, defaultSpeaker) {
  */
 export function toRecord(message, fallbackDate, { index, defaultSpeaker } = {}) {
     const id = messageId(message);
-    if (!id || message.is_system) return null;
+    if (!id || message.is_system || message.extra?.chronicler_recap) return null;
     const record = {
         id,
         role: message.is_user ? 'user' : 'assistant',
@@ -167,7 +168,42 @@ export function swipePending(message) {
  */
 export function branchLink(ctx) {
     const parent = ctx.chatMetadata?.main_chat;
-    if (typeof parent !== 'string' || !parent || parent === ctx.getCurrentChatId?.()) return null;
+    if (typeof parent !== 'string' || !parent || parent === ctx.getCurrentChatId?.()) return originLink(ctx);
+    return linkAt(ctx, parent);
+}
+
+/** The chat a link names, at the open chat's last message (the branch point) when it has an id. */
+function linkAt(ctx, parent) {
     const last = ctx.chat?.length ? messageId(ctx.chat[ctx.chat.length - 1]) : undefined;
     return last ? { chat_id: parent, message_id: last } : { chat_id: parent };
+}
+
+/** Where the extension writes the id of the chat a chat file was registered as (`markOrigin`). */
+export const ORIGIN_KEY = 'chronicler_chat_id';
+
+/**
+ * Rule CP1, CP2: SillyTavern's "Convert to group" copies a one-to-one chat's messages and its
+ * metadata (without `main_chat`) into a new group chat; the origin mark we wrote in the old chat
+ * names it. Such a group chat is a branch of the old one at its last message that keeps its
+ * campaign (`keep_campaign`); any other copy carrying another chat's mark is a plain branch.
+ * @param {any} ctx SillyTavern's context
+ * @returns {{chat_id: string, message_id?: string, keep_campaign?: boolean} | null}
+ */
+export function originLink(ctx) {
+    const origin = ctx.chatMetadata?.[ORIGIN_KEY];
+    if (typeof origin !== 'string' || !origin || origin === ctx.getCurrentChatId?.()) return null;
+    const link = linkAt(ctx, origin);
+    return ctx.groupId ? { ...link, keep_campaign: true } : link;
+}
+
+/**
+ * Write the open chat's id into its metadata (once), so a copy SillyTavern makes of the file
+ * later says which chat it came from. Returns true when the metadata changed (save it).
+ * @param {any} ctx SillyTavern's context
+ * @param {string} chatId
+ */
+export function markOrigin(ctx, chatId) {
+    if (!ctx.chatMetadata || ctx.chatMetadata[ORIGIN_KEY] === chatId) return false;
+    ctx.chatMetadata[ORIGIN_KEY] = chatId;
+    return true;
 }
