@@ -14,7 +14,7 @@ each, the page records:
   last action each time, so nothing is cached): the sidecar's own time plus loopback HTTP, without
   the browser — how much of `extra` is the sidecar's;
 - the same N generations once more with each message typed and sent `--pause-ms` later (a player
-  reading it over): the query embedding was prefetched at the pause (issue 17: p95 <= 30 ms).
+  reading it over): the query embedding was prefetched at the pause (the prefetch target: p95 <= 30 ms).
 
     .venv/bin/python bench/extension_overhead.py [--n 50] [--memories 40] [--pause-ms 800]
 
@@ -208,7 +208,7 @@ def main() -> None:
           f"(target p95 <= 100 ms: {target})")
     typed_extra = result[f"typed_then_sent_after_{args.pause_ms}_ms"]["extra_ms"]
     print(f"typed, sent after {args.pause_ms} ms (query prefetched): p50 {typed_extra['p50']} ms, "
-          f"p95 {typed_extra['p95']} ms (issue 17's target p95 <= 30 ms)")
+          f"p95 {typed_extra['p95']} ms (the prefetch target: p95 <= 30 ms)")
 
 
 if __name__ == "__main__":
