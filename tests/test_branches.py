@@ -130,3 +130,49 @@ def test_cp1e_a_group_converted_from_a_chat_is_a_branch_that_keeps_its_campaign(
         rows(services, "SELECT count(*) FROM messages WHERE chat_id='p'")[0][0]
     campaigns = expect_ok(api.get("/v1/campaigns"), 200, "campaigns.response")["campaigns"]
     assert [sorted(ch["id"] for ch in c["chats"]) for c in campaigns if c["id"] == "p"] == [["g", "p"]]
+
+
+def test_cp2b_a_branch_without_message_id_finds_its_point_from_its_first_upload(api, services):
+    """rule CP2b: registered with `branch_of: {chat_id}` only, the branch's first upload repeating
+    the parent's first 14 messages makes a6 its point: the copies come with the parent's vectors
+    (nothing embedded again), no job is queued, and the branch's context holds the parent's summary."""
+    parent_with_jobs_done(api, services)
+    before = len(job_rows(services))
+    expect_ok(api.put("/v1/chats/b", json={"member_ids": ["ayla.png"], "branch_of": {"chat_id": "p"}}),
+              201, "chat.response")
+    encoded = services.embedder.encoded
+    out = upload_copies(api, 6)
+    assert out["jobs_enqueued"] == 0 and len(job_rows(services)) == before
+    assert (out["inserted"], out["unchanged"]) == (0, 14)
+    assert services.embedder.encoded == encoded
+    chat = expect_ok(api.get("/v1/chats/b"), 200, "chat.response")["chat"]
+    assert chat["branch_of"] == {"chat_id": "p", "message_id": "a6"}
+    assert context(api, "b") and context(api, "b") == context(api, "b")
+
+
+def test_cp2b_a_branch_made_from_a_swipe_ends_its_point_before_the_rewritten_message(api, services):
+    """rule CP2b: a6 sent with other text (a swipe) is not the parent's a6: the point is u6, and a6
+    is the branch's own message, embedded once."""
+    parent_with_jobs_done(api, services)
+    expect_ok(api.put("/v1/chats/b", json={"member_ids": ["ayla.png"], "branch_of": {"chat_id": "p"}}),
+              201, "chat.response")
+    encoded = services.embedder.encoded
+    out = upload_copies(api, 6, a6={"text": "A different answer, swiped in."})
+    assert (out["inserted"], out["unchanged"]) == (1, 13)
+    assert services.embedder.encoded - encoded >= 1
+    chat = expect_ok(api.get("/v1/chats/b"), 200, "chat.response")["chat"]
+    assert chat["branch_of"]["message_id"] == "u6"
+    texts = [r["text"] for r in rows(services, "SELECT text FROM messages WHERE chat_id='b' AND id='a6'")]
+    assert texts == ["A different answer, swiped in."]
+
+
+def test_cp2b_a_later_upload_never_copies(api, services):
+    """rule CP2b: only an empty branch looks for its point; a branch that already holds messages
+    (its first upload did not repeat the parent) copies nothing later."""
+    parent_with_jobs_done(api, services)
+    expect_ok(api.put("/v1/chats/b", json={"member_ids": ["ayla.png"], "branch_of": {"chat_id": "p"}}),
+              201, "chat.response")
+    post(api, [{"id": "x1", "role": "user", "name": "Player", "text": "Somewhere else entirely."}], "b")
+    out = upload_copies(api, 2)
+    assert out["inserted"] == 6
+    assert expect_ok(api.get("/v1/chats/b"), 200, "chat.response")["chat"]["branch_of"]["message_id"] is None

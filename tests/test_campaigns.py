@@ -317,3 +317,29 @@ def test_cp1f_the_recap_tells_the_latest_sessions_of_every_chat_of_the_campaign(
     assert got["text"].index(shorts[0][:30]) < got["text"].index(shorts[1][:30])
     for unknown in ("s", "nowhere"):  # s is in g's campaign now: "s" names no campaign
         expect_error(api.get(f"/v1/campaigns/{unknown}/recap"), 404, "campaign_not_found")
+
+
+def test_cp1_export_and_import_carry_campaigns_and_branch_links(api, services, tmp_path, embedder):
+    """rule CP1, OP8: a store with two chats in one campaign and a branch exports and imports into a
+    fresh store with the same campaigns, the same branch link, and the campaign's learned memory
+    still scoped to it."""
+    from tests.test_portable import export, open_store
+
+    register_cast(api)
+    put_chat(api, "g", 201, member_ids=["ayla.png", "bren.png"])
+    put_chat(api, "s", 201, member_ids=["ayla.png"], campaign_id="g")
+    post(api, turn_messages(0), "s")
+    put_chat(api, "b", 201, member_ids=["ayla.png"], branch_of={"chat_id": "s", "message_id": "a0"})
+    before = campaigns(api)
+    document = export(api)
+    svc2, api2 = open_store(tmp_path, embedder, "restored")
+    try:
+        expect_ok(api2.post("/v1/import", json={"document": document}), 200)
+        assert campaigns(api2) == before
+        got = expect_ok(api2.get("/v1/chats/b"), 200, "chat.response")["chat"]
+        assert got["branch_of"] == {"chat_id": "s", "message_id": "a0"}
+        assert got["campaign_id"] == "b"
+        assert expect_ok(api2.get("/v1/chats/s"), 200, "chat.response")["chat"]["campaign_id"] == "g"
+        assert export(api2) == document
+    finally:
+        svc2.db.close()

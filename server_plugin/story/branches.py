@@ -18,7 +18,9 @@ own rows: editing, deleting or renaming the parent leaves them.
 
 Told events (SW9b) whose evidence was copied are copied with what they granted, under the copy's
 id: deleting the parent (which undoes its events) leaves what the branch's listeners were told.
-With no `message_id` nothing is copied (the extension always sends the branch's last message).
+Registered without a `message_id` (SillyTavern's branch metadata names the parent, not the message),
+the branch point is found from the branch's first upload (CP2b, `conversation.ingest`): the last
+message of the opening run that repeats the parent's messages, same id and same text.
 """
 
 from __future__ import annotations

@@ -88,6 +88,11 @@ def put(svc: Services, chat_id: str, data: dict[str, Any]) -> tuple[dict[str, An
         return fetch(conn, chat_id), existing is None  # type: ignore[return-value]
 
 
+def set_branch_point(conn: Connection, chat_id: str, message_id: str) -> None:
+    """Record the message a branch was made from, found from its first upload (CP2b)."""
+    conn.execute("UPDATE chats SET branch_of_message=? WHERE id=?", (message_id, chat_id))
+
+
 def _branch_of(chat_id: str, data: dict[str, Any], existing: dict[str, Any] | None
                ) -> tuple[str | None, str | None]:
     """(parent chat, branch message) to store: the given `branch_of` (null: not a branch), or

@@ -41,12 +41,17 @@ def ingest(svc: Services, chat_id: str, raw: list[dict[str, Any]]) -> dict[str, 
     if not chat["memory_enabled"]:  # RV16: a chat with memory off keeps nothing
         return {**_outcome(chat_id, None), "memory_enabled": False, "stored": False}
     batch = messages.normalise(svc, raw)
+    copied = _branch_prefix(svc.db.reader(), chat, batch)
+    todo = [m for m in batch if m.id not in set(copied)]  # the parent's copies bring their vectors
     vectors = {p.text: p for p in docs.prepare(
-        svc, messages.texts_to_embed(svc.db.reader(), chat_id, batch), svc.embed_wait())}
+        svc, messages.texts_to_embed(svc.db.reader(), chat_id, todo), svc.embed_wait())}
     with svc.db.write() as conn:
         chat = chats.fetch(conn, chat_id)
         if chat is None:
             raise NotFound("chat_not_found", f"No chat with id {chat_id!r}; register it first.")
+        if copied and _branch_prefix(conn, chat, batch) == copied:  # still empty, still unplaced
+            chats.set_branch_point(conn, chat_id, copied[-1])
+            svc.hooks.chat_branched.tally(svc, conn, chat_id, chat["branch_of"]["chat_id"], copied[-1])
         changes = messages.upsert(svc, conn, chat_id, chat["member_ids"], batch, vectors)
         ended = sessions.place(svc, conn, chat_id, changes.inserted)
         sessions.mark_stale(conn, chat_id, changes.edited)
@@ -55,6 +60,15 @@ def ingest(svc: Services, chat_id: str, raw: list[dict[str, Any]]) -> dict[str, 
         enqueued = summaries.after_write(svc, conn, chat_id, changes)
     return {**_outcome(chat_id, changes), "memory_enabled": True, "stored": True,
             "sessions_ended": ended, "jobs_enqueued": enqueued}
+
+
+def _branch_prefix(conn: Connection, chat: dict[str, Any], batch: list[messages.Incoming]) -> list[str]:
+    """CP2b: for a branch registered without its branch point and holding no messages yet, the
+    ids of this upload that repeat the parent's opening messages (the last is the branch point)."""
+    link = chat["branch_of"]
+    if link is None or link["message_id"] is not None or messages.count(conn, chat["id"]):
+        return []
+    return messages.common_prefix(conn, link["chat_id"], batch)
 
 
 def _outcome(chat_id: str, changes: messages.Changes | None) -> dict[str, Any]:

@@ -105,10 +105,6 @@ def speaker_names(conn: Connection, chat_id: str, message_ids: Sequence[str]) ->
         f"SELECT id, name, role FROM messages WHERE chat_id=? AND id IN ({marks})", [chat_id, *message_ids])}
 
 
-def count(conn: Connection, chat_id: str) -> int:
-    return conn.execute("SELECT count(*) FROM messages WHERE chat_id=?", (chat_id,)).fetchone()[0]
-
-
 def ids(conn: Connection, chat_id: str) -> list[str]:
     """The ids of a chat's messages (in no particular order)."""
     return [r[0] for r in conn.execute("SELECT id FROM messages WHERE chat_id=?", (chat_id,))]
@@ -379,6 +375,23 @@ def copy_prefix(conn: Connection, parent_id: str, branch_id: str, upto: Any) -> 
     index.copy_many(conn, KIND, [(str(a), str(b)) for a, b in seqs.items()], chat_id=branch_id,
                     from_chat=parent_id)
     return seqs, {r[2] for r in rows}
+
+
+def common_prefix(conn: Connection, parent_id: str, batch: Sequence[Incoming]) -> list[str]:
+    """CP2b: the ids of a branch's first upload that repeat its parent's opening messages (the same
+    id and text, in transcript order, from the first message on), in order; the last is the branch
+    point. A message whose text differs (a branch made from a swipe) ends it."""
+    given = list(batch)
+    if all(m.position is not None for m in given):
+        given.sort(key=lambda m: m.position)  # type: ignore[arg-type, return-value]
+    parent = conn.execute(f"SELECT id, text FROM messages WHERE chat_id=? ORDER BY {ORDER} LIMIT ?",
+                          (parent_id, len(given))).fetchall()
+    out = []
+    for row, message in zip(parent, given):
+        if row["id"] != message.id or row["text"] != message.text:
+            break
+        out.append(message.id)
+    return out
 
 
 def copied_summaries(conn: Connection, parent_id: str, branch_id: str, mapping: dict[str, str]) -> None:
