@@ -176,3 +176,30 @@ def test_cp2b_a_later_upload_never_copies(api, services):
     out = upload_copies(api, 2)
     assert out["inserted"] == 6
     assert expect_ok(api.get("/v1/chats/b"), 200, "chat.response")["chat"]["branch_of"]["message_id"] is None
+
+
+def test_cp2c_a_chat_converted_to_a_group_is_told_once(api, services):
+    """rule CP2c: after "Convert to group" (a branch at the last message, in the same campaign), the
+    group's search, Story Summary and the campaign's recap meet each item once; the one-to-one chat
+    comes back into view when it goes on past the branch point."""
+    parent_with_jobs_done(api, services)
+    expect_ok(api.put("/v1/chats/g", json={"member_ids": ["ayla.png"], "campaign_id": "p",
+                                           "branch_of": {"chat_id": "p", "message_id": "a9"}}), 201, "chat.response")
+    upload_copies(api, 9, chat_id="g")
+    body = {"query": "lantern", "chat_id": "g", "k": 20, "kinds": ["message"]}
+    found = expect_ok(api.post("/v1/search", json=body), 200, "search.response")["results"]
+    assert found and {r["chat_id"] for r in found} == {"g"}
+    assert len({r["id"] for r in found}) == len(found)
+    parts = [b for b in expect_ok(api.post("/v1/context", json={
+        "chat_id": "g", "speaker_id": "ayla.png", "context_tokens": 8000,
+        "last_action": {"text": "What now?"}}), 200, "context.response")["blocks"]
+        if b["section"] == "story_summary"]
+    texts = " ".join(b["text"] for b in parts)
+    parent_alone = context(api, "p")
+    assert texts and len(texts) <= len(parent_alone) * 1.05
+    recap = expect_ok(api.get("/v1/campaigns/p/recap"), 200, "campaign_recap.response")
+    assert recap["parts"] and all(ref.startswith("g#") for ref in recap["parts"])
+    # The one-to-one chat goes on past the branch point: a fork again, in view again.
+    post(api, turn_messages(10, minutes=10 * 7 * HOURS), "p")
+    found = expect_ok(api.post("/v1/search", json=body), 200, "search.response")["results"]
+    assert "p" in {r["chat_id"] for r in found}

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import BadRequest, NotFound
 from ..services import Services
 from ..store.db import Connection
+from . import messages
 
 
 def fetch(conn: Connection, chat_id: str) -> dict[str, Any] | None:
@@ -130,8 +131,33 @@ def campaign_chat_ids(conn: Connection, campaign_id: str) -> list[str]:
 
 
 def same_campaign(conn: Connection, chat_id: str) -> list[str]:
-    """Every chat of this chat's campaign, oldest first (the chat itself when it is unknown)."""
-    return campaign_chat_ids(conn, campaign_of(conn, chat_id) or chat_id) or [chat_id]
+    """The chats whose play this chat's campaign-wide reads cover (search, the memory bank, the
+    Story Summary), oldest first (the chat itself when it is unknown): every chat of its campaign
+    but those a branch of the same campaign copied whole (CP2c), unless it is one of them."""
+    ids = campaign_chat_ids(conn, campaign_of(conn, chat_id) or chat_id) or [chat_id]
+    hidden = superseded(conn, ids)
+    return [c for c in ids if c == chat_id or c not in hidden]
+
+
+def campaign_story_ids(conn: Connection, campaign_id: str) -> list[str]:
+    """The chats that tell a campaign's story, oldest first: its chats but those a branch of the
+    same campaign copied whole (CP2c)."""
+    ids = campaign_chat_ids(conn, campaign_id)
+    hidden = superseded(conn, ids)
+    return [c for c in ids if c not in hidden] or ids
+
+
+def superseded(conn: Connection, chat_ids: list[str]) -> set[str]:
+    """CP2c: the chats among these that another of them branched from at their last message (as
+    "Convert to group" does): that branch holds copies of all their play, so a read across the
+    chats would meet every item twice."""
+    if len(chat_ids) < 2:
+        return set()
+    marks = ",".join("?" * len(chat_ids))
+    links = conn.execute(f"SELECT DISTINCT branch_of_chat, branch_of_message FROM chats WHERE id IN ({marks})"
+                         f" AND branch_of_chat IN ({marks}) AND branch_of_message IS NOT NULL",
+                         (*chat_ids, *chat_ids)).fetchall()
+    return {r[0] for r in links if messages.last_id(conn, r[0]) == r[1]}
 
 
 def campaigns(svc: Services) -> list[dict[str, Any]]:

@@ -67,6 +67,13 @@ def newest(conn: Connection, chat_id: str, limit: int) -> list[Any]:
                         " LIMIT ?", (chat_id, limit)).fetchall()
 
 
+def last_id(conn: Connection, chat_id: str) -> str | None:
+    """The id of a chat's last message in transcript order (None for an empty chat)."""
+    row = conn.execute(f"SELECT id FROM messages WHERE chat_id=? ORDER BY {ORDER.replace(',', ' DESC,')} DESC"
+                       " LIMIT 1", (chat_id,)).fetchone()
+    return None if row is None else row[0]
+
+
 def ordered(conn: Connection, chat_id: str, where: str = "1", args: Sequence[Any] = ()) -> list[Any]:
     """Messages of a chat matching an extra SQL condition, in transcript order."""
     return conn.execute(f"SELECT * FROM messages WHERE chat_id=? AND ({where}) ORDER BY {ORDER}",

@@ -289,8 +289,9 @@ def campaign_recap(svc: Services, campaign_id: str) -> dict[str, Any]:
     (else its latest chat's newest rolling summary), cut at `recap_tokens`. For the person
     starting the chat: nothing is hidden from them. `text` is empty for a campaign with no
     summary yet; `parts` names what it was made of."""
-    chat_ids = [c["id"] for c in chats.campaign(svc, campaign_id)["chats"]]
+    chats.campaign(svc, campaign_id)  # NotFound for an unknown campaign
     with svc.db.read() as conn:
+        chat_ids = chats.campaign_story_ids(conn, campaign_id)
         marks = ",".join("?" * len(chat_ids))
         done = conn.execute(f"SELECT chat_id, n, short FROM sessions WHERE chat_id IN ({marks}) AND short"
                             " IS NOT NULL AND short != '' ORDER BY last_at DESC, n DESC LIMIT ?",
