@@ -32,6 +32,8 @@ EDITABLE = (
     # sizes of what the jobs write
     "summary_recent_tokens", "summary_consolidated_tokens", "summary_long_term_tokens",
     "session_full_tokens", "session_short_tokens", "session_gap_hours",
+    # lore grown from play: written at once or kept for a person's review (SW7)
+    "lore_growth_review",
 )
 # Never through the API, whatever a client sends: where the sidecar listens and who may call it.
 PROTECTED = ("host", "port", "origins", "allowed_hosts", "token", "data_dir", "db_file", "threads")

@@ -394,3 +394,20 @@ def test_sw7b_extractive_mode_grows_a_described_place(overrides, api, services):
     assert set(grown) == {"Veyra", "Council of Nine"}
     assert grown["Veyra"]["text"].startswith("The ferry docks at Veyra, a walled port city of white stone.")
     assert grown["Council of Nine"]["sources"] == ["a1"] and grown["Council of Nine"]["source"] == "job"
+
+
+def test_sw7d_review_mode_is_switched_at_run_time_through_the_settings_api(with_model, fake, api, services):
+    """rule SW7d: the Lore tab's choice is PATCH /v1/settings `lore_growth_review`; switched to
+    review at run time, the next session's proposals wait; a value outside the two is refused,
+    naming the field, and changes nothing."""
+    got = expect_ok(api.patch("/v1/settings", json={"lore_growth_review": "review"}), 200, "settings.response")
+    assert got["settings"]["lore_growth_review"] == "review"
+    bad = api.patch("/v1/settings", json={"lore_growth_review": "later"})
+    assert bad.status_code == 400 and "lore_growth_review" in bad.get_data(as_text=True)
+    assert expect_ok(api.get("/v1/settings"), 200, "settings.response")["settings"]["lore_growth_review"] == "review"
+    with_model.builders["lore_growth"] = veyra_answer
+    setup(api)
+    veyra_session(api)
+    drain(services)
+    assert lore_list(api) == []
+    assert {p["reason"] for p in proposals(api, chat_id="c1")} == {"review"}

@@ -232,6 +232,10 @@ export class SidecarClient {
     patchLoreProposal(id, body, options) { return this.request('PATCH', `/v1/lore/proposals/${pathId(id)}`, { ...options, body }); }
     acceptLoreProposal(id, body = {}, options) { return this.request('POST', `/v1/lore/proposals/${pathId(id)}/accept`, { ...options, body }); }
     rejectLoreProposal(id, options) { return this.request('POST', `/v1/lore/proposals/${pathId(id)}/reject`, { ...options, body: {} }); }
+    /** The store's run-time settings (GET /v1/settings): `{store, settings, secrets}`. */
+    getStoreSettings(options) { return this.request('GET', '/v1/settings', options); }
+    /** Change some of them (PATCH /v1/settings): checked whole, 400 naming the field, nothing changed. */
+    patchStoreSettings(patch, options) { return this.request('PATCH', '/v1/settings', { ...options, body: patch }); }
 }
 
 

@@ -10,7 +10,7 @@ import { DraftReview, SelectionSet, fitLines, limitMessage, rawDrafts, runLength
 import { costSummary, jobSummary, tokensText } from '../../extension/src/panel/jobs.js';
 import { PANEL_LIMITS } from '../../extension/src/panel/limits.js';
 import { filterLore, importSummary, parseTriggers } from '../../extension/src/panel/lore.js';
-import { grownLabel, proposalLine, reviewLabel, toWorldInfo } from '../../extension/src/panel/lore_model.js';
+import { REVIEW_MODES, grownLabel, proposalLine, reviewLabel, reviewModeNote, toWorldInfo } from '../../extension/src/panel/lore_model.js';
 import {
     describeError, filterMemories, groupByScope, isMissingRoute, parseView, quotaCounts, quotaLine,
     routeUnavailable, scopeKey, sortMemories, viewQuery, viewTarget, viewValue,
@@ -368,6 +368,8 @@ test('dc4: the panel\'s client calls build the documented paths, ids percent-enc
     await client.patchLoreProposal('lp_1', { text: 'x' });
     await client.acceptLoreProposal('lp/2');
     await client.rejectLoreProposal('lp_3');
+    await client.getStoreSettings();
+    await client.patchStoreSettings({ lore_growth_review: 'review' });
     assert.deepEqual(calls, [
         ['GET', '/v1/memories?scope=character&character_id=a%20b.png&archived=true', undefined],
         ['PATCH', '/v1/memories/m_1', { text: 'x', actor: 'user', version: 2 }],
@@ -380,6 +382,8 @@ test('dc4: the panel\'s client calls build the documented paths, ids percent-enc
         ['PATCH', '/v1/lore/proposals/lp_1', { text: 'x' }],
         ['POST', '/v1/lore/proposals/lp%2F2/accept', {}],
         ['POST', '/v1/lore/proposals/lp_3/reject', {}],
+        ['GET', '/v1/settings', undefined],
+        ['PATCH', '/v1/settings', { lore_growth_review: 'review' }],
     ]);
     assert.equal(queryString({}), '');
     assert.equal(queryString({ a: undefined, b: null }), '');
@@ -409,4 +413,10 @@ test('cp1: the panel offers a chat its own campaign or another\'s, with the curr
     assert.equal(alone.current, 'lone');
     assert.deepEqual(alone.options.map(([v]) => v), ['lone', 'g', 'x']);
     assert.equal(campaignChoices([], 'new').current, 'new');
+});
+
+test('sw7: the review mode of lore grown from play is the setting\'s two values, each explained', () => {
+    assert.deepEqual(REVIEW_MODES.map(([v]) => v), ['apply', 'review']);
+    assert.match(reviewModeNote('review'), /nothing reaches the prompt until you accept/);
+    assert.match(reviewModeNote('apply'), /added at once/);
 });

@@ -8,7 +8,7 @@
 import { button, checkbox, clear, debounce, el, iconButton, messageLine, newId, onEscape, select, setDisabled } from './dom.js';
 import { PANEL_LIMITS } from './limits.js';
 import { PagedList, emptyNote } from './list.js';
-import { grownLabel, proposalLine, reviewLabel, toWorldInfo } from './lore_model.js';
+import { REVIEW_MODES, grownLabel, proposalLine, reviewLabel, reviewModeNote, toWorldInfo } from './lore_model.js';
 import { describeError, routeUnavailable } from './memory_model.js';
 import { cut, fold, plural } from './text.js';
 
@@ -73,13 +73,14 @@ class LoreTab {
         this.importButton = button('Import World Info…', { icon: 'fa-file-import', onClick: () => this.file.click() });
         this.exportButton = button('Export as World Info', { icon: 'fa-file-export', onClick: () => this.exportFile() });
         this.message = messageLine();
+        this.reviewHost = el('div', { class: 'chronicler-form chronicler-lore-review' });
         this.proposals = [];
         this.proposalHost = el('div', { class: 'chronicler-lore-proposals', attrs: { role: 'list', 'aria-label': 'Lore proposals waiting for you' } });
         this.formHost = el('div');
         this.listHost = el('div', { class: 'chronicler-list', attrs: { role: 'list', 'aria-label': 'Lore entries' } });
         this.element = el('div', { class: 'chronicler-lore' },
             el('div', { class: 'chronicler-toolbar' }, this.filter, el('div', { class: 'chronicler-spacer' }), this.addButton, this.importButton, this.exportButton, this.file),
-            this.message, this.proposalHost, this.formHost, this.listHost);
+            this.reviewHost, this.message, this.proposalHost, this.formHost, this.listHost);
         this.list = new PagedList(this.listHost, null, PANEL_LIMITS.pageSize);
     }
 
@@ -100,8 +101,32 @@ class LoreTab {
         setDisabled(this.addButton, !this.available);
         setDisabled(this.importButton, !this.available);
         setDisabled(this.exportButton, !this.available || !this.entries.length);
-        await this.loadProposals();
+        await Promise.all([this.loadProposals(), this.loadReviewMode()]);
         this.render();
+    }
+
+    /** SW7: the store's `lore_growth_review` as a choice (absent on a sidecar without the setting). */
+    async loadReviewMode() {
+        clear(this.reviewHost);
+        let mode;
+        try {
+            mode = (await this.pctx.client().getStoreSettings())?.settings?.lore_growth_review;
+        } catch {
+            mode = undefined;  // an older sidecar: no run-time settings, nothing to choose
+        }
+        if (!mode) return;
+        const picker = select(REVIEW_MODES, { value: mode, label: 'Lore grown from play', onChange: (value) => this.setReviewMode(value, picker, mode) });
+        this.reviewHost.append(el('label', { text: 'Lore grown from play: ' }), picker);
+    }
+
+    async setReviewMode(value, picker, previous) {
+        try {
+            await this.pctx.client().patchStoreSettings({ lore_growth_review: value });
+            this.message.show(reviewModeNote(value), 'ok');
+        } catch (error) {
+            picker.value = previous;
+            this.message.show(describeError(error), 'error');
+        }
     }
 
     /** The pending proposals of the open chat (of every chat when none is open). */

@@ -7,6 +7,16 @@ const KIND_LABELS = { place: 'place', faction: 'faction', item: 'item', creature
 const WAITS = { review: 'waits for your review', protected: 'waits for you: the entry is yours, imported or locked' };
 const REVIEWS = { source_edited: 'a message it rests on was edited', source_deleted: 'a message it rests on was deleted', source_rolled_back: 'a turn it rests on was rolled back' };
 
+/** The choices of `lore_growth_review` (SW7): what happens to lore a model proposes from play. */
+export const REVIEW_MODES = Object.freeze([['apply', 'added at once'], ['review', 'kept for my review']]);
+
+/** What the chosen mode means, in one sentence for the message line. */
+export function reviewModeNote(mode) {
+    return mode === 'review'
+        ? 'New lore from play now waits here for you: nothing reaches the prompt until you accept it.'
+        : 'New lore from play is now added at once; entries you wrote, imported or locked still wait for you.';
+}
+
 /** "Grown from play: 2 messages (a1, b7)" for an entry with sources; '' otherwise. */
 export function grownLabel(entry) {
     const sources = entry?.sources ?? [];
