@@ -105,9 +105,26 @@ def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: 
         live = state.current()
         mask = live.candidates(viewer_id, scopes, chat_ids or ([chat_id] if chat_id else None), kinds)
         scores = R.rank(live.corpus(), prepared, params, mask)
-        top = R.top_k(scores, k)
+        # Twice k: a branch's copies (CP2c) are collapsed into one result below.
+        top = R.top_k(scores, 2 * k)
         picked = [(int(live.a["doc_id"][i]), float(scores[i])) for i in top]
-    return _results(svc, picked)
+    return one_of_each_copy(_results(svc, picked), chat_id)[:k]
+
+
+def one_of_each_copy(results: list[dict[str, Any]], chat_id: str | None) -> list[dict[str, Any]]:
+    """CP2c: a branch's copy of its parent's item (the same kind, text and source messages, in
+    another chat of the campaign) is one result, the asking chat's where it has one, in the
+    place of the better-ranked of the two."""
+    out: list[dict[str, Any]] = []
+    seen: dict[tuple[Any, ...], int] = {}
+    for result in results:
+        key = (result["kind"], result["text"], tuple(result["source_message_ids"]))
+        if key not in seen:
+            seen[key] = len(out)
+            out.append(result)
+        elif result["chat_id"] == chat_id and out[seen[key]]["chat_id"] != chat_id:
+            out[seen[key]] = {**result, "score": out[seen[key]]["score"]}
+    return out
 
 
 def _results(svc: Services, picked: Sequence[tuple[int, float]]) -> list[dict[str, Any]]:

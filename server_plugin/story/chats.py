@@ -131,12 +131,8 @@ def campaign_chat_ids(conn: Connection, campaign_id: str) -> list[str]:
 
 
 def same_campaign(conn: Connection, chat_id: str) -> list[str]:
-    """The chats whose play this chat's campaign-wide reads cover (search, the memory bank, the
-    Story Summary), oldest first (the chat itself when it is unknown): every chat of its campaign
-    but those a branch of the same campaign copied whole (CP2c), unless it is one of them."""
-    ids = campaign_chat_ids(conn, campaign_of(conn, chat_id) or chat_id) or [chat_id]
-    hidden = superseded(conn, ids)
-    return [c for c in ids if c == chat_id or c not in hidden]
+    """Every chat of this chat's campaign, oldest first (the chat itself when it is unknown)."""
+    return campaign_chat_ids(conn, campaign_of(conn, chat_id) or chat_id) or [chat_id]
 
 
 def campaign_story_ids(conn: Connection, campaign_id: str) -> list[str]:

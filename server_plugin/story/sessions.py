@@ -261,10 +261,12 @@ def story_summary_parts(svc: Services, chat_id: str, viewer_id: str | None = Non
 
 def story_chats(conn: Connection, chat_id: str, viewer_id: str | None) -> list[str]:
     """The chats whose story a chat's Story Summary tells (CP1): its campaign's chats up to and
-    including it, oldest first, the earlier ones only where the viewer was a member."""
+    including it, oldest first, the earlier ones only where the viewer was a member and not those
+    a branch of the campaign copied whole (CP2c)."""
     ordered = chats.same_campaign(conn, chat_id)
     earlier = ordered[:ordered.index(chat_id)] if chat_id in ordered else []
-    return [c for c in earlier if viewer_id is None or viewer_id in chats.members(conn, c)] + [chat_id]
+    told = chats.superseded(conn, ordered)  # CP2c: a chat copied whole is told by its branch
+    return [c for c in earlier if c not in told and (viewer_id is None or viewer_id in chats.members(conn, c))] + [chat_id]
 
 
 def campaign_sessions(svc: Services, campaign_id: str) -> list[dict[str, Any]]:
