@@ -15,10 +15,11 @@ Process-wide on purpose: what is shared is the machine's CPU, whichever app a re
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Iterator
 
 _cond = threading.Condition()
 _in_flight = 0
@@ -51,15 +52,37 @@ def writing() -> Iterator[None]:
 
 
 @contextmanager
-def background() -> Iterator[None]:
+def background(yield_calls: bool = False) -> Iterator[None]:
     """Mark this thread as background work (the job worker, the search index's upkeep): its
-    embeddings go in chunks, after any request's (embeddings.Embedder)."""
+    embeddings go in chunks, after any request's (embeddings.Embedder).
+
+    With `yield_calls`, while a request is in flight the thread also hands the interpreter over
+    at every Python function call it makes (`_yield_call`): stepping aside between a job's steps
+    still leaves the step itself sharing the interpreter with the request, about half of it each
+    (a context call took 2x its idle time during a backlog)."""
     before = getattr(_thread, "background", False)
     _thread.background = True
+    tracing = yield_calls and sys.gettrace() is None  # never displace a debugger's or coverage's tracer
+    if tracing:
+        sys.settrace(_yield_call)
     try:
         yield
     finally:
+        if tracing:
+            sys.settrace(None)
         _thread.background = before
+
+
+def _yield_call(frame: Any, event: str, arg: Any) -> None:
+    """sys.settrace's hook on a background thread: called at each Python function call (returning
+    None traces no lines). While a request is in flight it gives the interpreter up with
+    `time.sleep(0)`: the request's thread takes it at once, and this thread gets it back when that
+    one next lets go (its next SQLite or torch call, or the switch interval). It never waits on
+    anything, so a lock this thread holds is never held for long: a request blocked on that lock
+    is not running Python, and this thread then runs at full speed."""
+    if _in_flight:
+        time.sleep(0)
+    return None
 
 
 def is_background() -> bool:

