@@ -69,8 +69,8 @@ def newest(conn: Connection, chat_id: str, limit: int) -> list[Any]:
 
 def last_id(conn: Connection, chat_id: str) -> str | None:
     """The id of a chat's last message in transcript order (None for an empty chat)."""
-    row = conn.execute(f"SELECT id FROM messages WHERE chat_id=? ORDER BY {ORDER.replace(',', ' DESC,')} DESC"
-                       " LIMIT 1", (chat_id,)).fetchone()
+    row = conn.execute("SELECT id FROM messages WHERE chat_id=? ORDER BY position DESC, seq DESC LIMIT 1",
+                       (chat_id,)).fetchone()
     return None if row is None else row[0]
 
 
