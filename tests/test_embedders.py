@@ -274,3 +274,30 @@ def test_embeddings_url_accepts_the_forms_people_paste():
     assert embedders.embeddings_url("http://127.0.0.1:11434") == "http://127.0.0.1:11434/v1/embeddings"
     assert embedders.embeddings_url("http://h:5001/v1/") == "http://h:5001/v1/embeddings"
     assert embedders.embeddings_url("https://api.openai.com/v1/embeddings") == "https://api.openai.com/v1/embeddings"
+
+
+def test_a_store_from_before_m011_holds_minilms_vectors_and_moves_on(settings, embedder, clock, embed_server,
+                                                                     monkeypatch):
+    """rule LG3: m011 names MiniLM as the model of an older store's vectors; that store moves to
+    another model like any other (the upgrade fixture of m1..10, written by the code of its day)."""
+    import gzip
+    from pathlib import Path
+
+    from server_plugin.app import build_services
+
+    monkeypatch.setattr(reembed, "_loop", lambda ref: None)
+    fixture = Path(__file__).parent / "fixtures" / "upgrade" / "m1-2-3-4-5-6-7-8-9-10" / "store.sqlite3.gz"
+    settings.data_path.mkdir(parents=True, exist_ok=True)
+    (settings.data_path / settings.db_file).write_bytes(gzip.decompress(fixture.read_bytes()))
+    svc = build_services(settings, embedder=embedder, clock=clock)
+    api = Api(create_app(settings, services=svc).test_client())
+    try:
+        assert index.model(svc.db.reader()) == ("minilm:all-MiniLM-L6-v2", 384)
+        rows = len(index.all_rows(svc.db.reader(), "id"))
+        expect_ok(api.patch("/v1/settings", wanted_change("openai", embed_server)), 200)
+        assert reembed.run(svc) is True
+        assert index.model(svc.db.reader())[1] == EMBED_DIM and stored_dims(svc) == {EMBED_DIM}
+        assert len(index.item_vectors(svc.db.reader(), None)) == rows
+        assert index.orphans(svc.db.reader()) == dict.fromkeys(index.orphans(svc.db.reader()), 0)
+    finally:
+        svc.db.close()
