@@ -301,3 +301,29 @@ def test_a_store_from_before_m011_holds_minilms_vectors_and_moves_on(settings, e
         assert index.orphans(svc.db.reader()) == dict.fromkeys(index.orphans(svc.db.reader()), 0)
     finally:
         svc.db.close()
+
+
+def test_an_export_keeps_its_models_vectors_and_the_importing_store_moves_them_to_its_own(
+        api, services, embed_server, monkeypatch):
+    """rule LG3: a document exported from a store on the endpoint (256 dimensions) imports into a
+    MiniLM store as it was (its model named), then the store re-embeds it for MiniLM."""
+    from server_plugin.settings import load_settings
+    from tests.helpers.api import TOKEN
+
+    monkeypatch.setattr(reembed, "_loop", lambda ref: None)
+    values = {"data_dir": str(services.settings.data_path.parent / "ep"), "token": TOKEN, "worker_enabled": False,
+              "sqlite_synchronous": "NORMAL", "embedder": "openai", "embedder_url": embed_server.url,
+              "embedder_model": "fake-embed"}
+    source = create_app(load_settings(values, environ={}))
+    try:
+        source_api = Api(source.test_client())
+        setup_store(source_api, LINES)
+        document = source_api.get("/v1/export").get_json()
+    finally:
+        source.extensions["chronicler_stores"].close_all()
+    expect_ok(api.post("/v1/import", json={"document": document}), 200, "import.response")
+    assert index.model(services.db.reader())[1] == EMBED_DIM and services.embedder.key.startswith("openai:")
+    assert first(api, "the princess planted a cherry tree") == "m1"  # the endpoint's query, its vectors
+    assert reembed.run(services) is True
+    assert services.embedder.key.startswith("minilm:") and stored_dims(services) == {384}
+    assert first(api, "What did the princess plant in the castle garden?") == "m1"

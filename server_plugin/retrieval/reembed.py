@@ -63,6 +63,13 @@ def store_embedder(svc: Services, given: Embedder | None = None) -> Embedder:
     return embedders.for_key(key, svc.settings)
 
 
+def follow_store(svc: Services) -> None:
+    """After the store was replaced underneath (an import): its embedder is its vectors' model
+    again, and a move to the settings' model begins if they differ."""
+    svc.embedder = store_embedder(svc).start_loading()
+    ensure(svc)
+
+
 def ensure(svc: Services, *, start: bool = True) -> bool:
     """Begin moving the store to the model its settings name, when its vectors are another's
     (`start` False: only say so; the passes are then run by hand, as tests do). True when a

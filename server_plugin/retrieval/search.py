@@ -111,7 +111,7 @@ def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: 
     k = max(0, min(int(k), svc.settings.search_max_k))
     scopes = visibility.readable_scopes(svc.db.reader(), viewer_id) if viewer_id is not None else ()
     with state.lock:
-        if getattr(vector, "model_key", svc.embedder.key) != svc.embedder.key:
+        if getattr(vector, "model_key", "") not in ("", svc.embedder.key):
             # the store moved to another model since (reembed.switch, under this lock): embed again
             prepared = R.prepare_query(query, cast, query_vector(svc, query, chat_id), params)
         live = state.current()
