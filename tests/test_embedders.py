@@ -327,3 +327,25 @@ def test_an_export_keeps_its_models_vectors_and_the_importing_store_moves_them_t
     assert reembed.run(services) is True
     assert services.embedder.key.startswith("minilm:") and stored_dims(services) == {384}
     assert first(api, "What did the princess plant in the castle garden?") == "m1"
+
+
+def test_a_write_the_old_model_embedded_committed_after_the_switch_never_mixes(api, services, embed_server,
+                                                                                monkeypatch):
+    """rule LG3: a text embedded by the old model just before the switch and written just after
+    gets no vector of the old model: a zero vector (BM25 alone ranks it) until the background pass
+    embeds it with the new one."""
+    monkeypatch.setattr(reembed, "_loop", lambda ref: None)
+    setup_store(api, LINES)
+    late = index.prepare(services, ["The ferry leaves at dawn from the north pier."])[0]
+    assert late.model_key.startswith("minilm:")
+    expect_ok(api.patch("/v1/settings", wanted_change("openai", embed_server)), 200)
+    assert reembed.run(services) is True
+    with services.db.write() as conn:
+        doc_id = index.put(conn, "memory", "late-note", late, created_at="2026-03-01T12:00:00Z")
+        placed = index.item_vectors(conn, [doc_id])[doc_id]
+        assert len(placed) == EMBED_DIM and not np.any(placed)
+        assert conn.execute("SELECT cast_version FROM docs WHERE id = ?", (doc_id,)).fetchone()[0] == -1
+    assert first(api, "the blacksmith hammer broke") == "m0"  # search answers meanwhile
+    wait_for(lambda: np.any(index.item_vectors(services.db.reader(), [doc_id])[doc_id]), 30)
+    fresh = services.embedder.embed_one("The ferry leaves at dawn from the north pier.", 30)
+    assert float(np.dot(index.item_vectors(services.db.reader(), [doc_id])[doc_id], fresh)) > 0.98
