@@ -128,7 +128,7 @@ def run(svc: Services, limit: int | None = None) -> bool:
     target.wait(svc.embed_wait())
     move.error = None
     left = limit
-    while not move.stopping.is_set() and (left is None or left > 0):
+    while not move.stopping.is_set() and (left is None or left > 0) and move.target == target.key:
         n = step(svc, target, svc.settings.reembed_batch if left is None else min(left, svc.settings.reembed_batch))
         if n == 0:
             return switch(svc, target)
