@@ -184,9 +184,12 @@ def switch(svc: Services, target: Embedder) -> bool:
             pending, _ = _pending(conn, target.key)
             if pending:
                 return False
+            rows = {int(r["id"]) for r in index.all_rows(conn, "id")}
             vectors = {}
             for doc_id, vector, passages in conn.execute(
                     "SELECT id, vector, passages FROM reembed_vectors WHERE model_key = ?", (target.key,)):
+                if int(doc_id) not in rows:  # the row was deleted after its vector was made
+                    continue
                 flat = np.frombuffer(passages, dtype=np.float32)
                 vectors[int(doc_id)] = (np.frombuffer(vector, dtype=np.float32), list(flat.reshape(-1, dim)))
             index.install_vectors(conn, target.key, dim, vectors)
