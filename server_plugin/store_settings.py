@@ -19,11 +19,13 @@ from typing import Any, Mapping
 from .settings import TABLE, Settings, _coerce, _together
 
 SETTINGS_FILE = "settings.json"
-SECRETS = ("llm_key",)  # written, never read back
+SECRETS = ("llm_key", "embedder_key")  # written, never read back
 EDITABLE = (
     # background jobs and the model they call
     "llm_mode", "llm_url", "llm_model", "llm_key", "llm_json_mode", "llm_temperature",
     "llm_connect_timeout", "llm_read_timeout", "llm_retries",
+    # who embeds texts for search (a change re-embeds the store in the background)
+    "embedder", "embedder_url", "embedder_model", "embedder_key", "embedder_timeout",
     # budgets of the per-turn context
     "context_required_percent", "context_cards_percent", "context_history_percent",
     "memory_bank_search_results", "default_context_tokens",

@@ -84,7 +84,7 @@ def test_settings_read_without_secrets(api):
     expect_ok(api.patch("/v1/settings", {"llm_key": "sk-secret-123"}), 200, "settings.response")
     body = expect_ok(api.get("/v1/settings"), 200, "settings.response")
     assert "sk-secret-123" not in json.dumps(body)
-    assert body["secrets"] == {"llm_key": {"set": True}} and "llm_key" not in body["settings"]
+    assert body["secrets"] == {"llm_key": {"set": True}, "embedder_key": {"set": False}} and "llm_key" not in body["settings"]
     assert body["settings"]["llm_mode"] == "extractive" and body["changed"] == ["llm_key"]
 
 

@@ -1,5 +1,7 @@
 // "Test connection": reach the sidecar, then prove the token, and say plainly what is wrong.
 
+import { reembedLine } from './panel/jobs.js';
+
 /**
  * One sentence for the settings drawer from the two probes' outcomes.
  * @param {{health?: any, healthError?: any, authError?: any, origin?: string, baseUrl?: string}} outcome
@@ -25,8 +27,10 @@ export function describeConnection({ health, healthError, authError, origin = ''
     }
     const version = health?.version ? ` ${health.version}` : '';
     const embedder = health?.embedder;
-    const ready = embedder && embedder.ready === false ? ' (the embedding model is still loading)' : '';
-    return { ok: true, text: `Connected to Chronicler${version}; token accepted${ready}.` };
+    const ready = embedder && embedder.ready === false
+        ? ` (the embedding model is not ready${embedder.error ? `: ${embedder.error}` : ', still loading'})` : '';
+    const move = reembedLine(health);
+    return { ok: true, text: `Connected to Chronicler${version}; token accepted${ready}.${move ? ` ${move}.` : ''}` };
 }
 
 /**

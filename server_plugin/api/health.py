@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint
 
 from .. import __version__
-from ..retrieval import live_index
+from ..retrieval import embedders, live_index, reembed
 from .common import store_handle, stores, svc
 
 bp = Blueprint("health", __name__)
@@ -25,8 +25,10 @@ def health() -> dict:
     return {
         "ok": True,
         "version": __version__,
-        "embedder": {"model": s.embedder.model_name, "dim": s.embedder.dim, "ready": s.embedder.ready,
-                     "error": s.embedder.error, "load_seconds": s.embedder.load_seconds},
+        # The model of the store's vectors (queries and writes use it), and a move to another.
+        "embedder": {**s.embedder.status(), "wanted": embedders.key_of(s.settings),
+                     "unavailable": embedders.unavailable(s.settings)},
+        "reembed": reembed.status(s),
         "tokenizer": s.tokens.name,
         "llm": {"mode": s.settings.llm_mode},
         "search": live_index.status(s),

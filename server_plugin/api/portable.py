@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
-from ..retrieval import docs
+from ..retrieval import docs, reembed
 from ..store import portable
 from .common import body, svc
 
@@ -22,5 +22,7 @@ def export() -> Response:
 @bp.post("/import")
 def import_() -> dict:
     data = body("import.request")
-    return portable.import_into(svc(), data["document"], data.get("mode", "empty"),
-                                data.get("confirm_replace", False), finish=docs.analyse_pending)
+    result = portable.import_into(svc(), data["document"], data.get("mode", "empty"),
+                                  data.get("confirm_replace", False), finish=docs.analyse_pending)
+    reembed.follow_store(svc())  # the document's vectors may be another model's
+    return result

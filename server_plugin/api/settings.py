@@ -10,6 +10,7 @@ from __future__ import annotations
 from flask import Blueprint, g
 
 from .. import store_settings
+from ..retrieval import embedders, reembed
 from ..errors import BadRequest
 from .common import body, store_handle, stores, svc
 
@@ -35,9 +36,12 @@ def patch_settings() -> dict:
     handle = store_handle()
     try:
         # Our own checks first: they name the field and say why (protected, unknown, bad value).
-        store_settings.check_changes(stores().base, stores().changes(handle), changes)
+        merged = store_settings.check_changes(stores().base, stores().changes(handle), changes)
         body("settings_patch.request")
-        stores().change_settings(handle, changes)
+        missing = embedders.unavailable(store_settings.layered(stores().base, merged, stores().folder(handle)))
+        if missing and "embedder" in changes:
+            raise store_settings.FieldError("embedder", "embedder_unavailable", missing)
+        reembed.ensure(stores().change_settings(handle, changes))  # another model: re-embed in the background
     except store_settings.FieldError as exc:
         raise BadRequest(exc.code, exc.message, [{"field": exc.field, "message": exc.message}]) from None
     return _view()

@@ -10,13 +10,13 @@ What a row holds (docs/search.md, section 2): the item's text, chat, speaker or 
 cites, and what ranking needs from the text, computed here at write time: BM25 term counts of
 "[date] speaker: text", temporal cues and content length. The vector is of the text with the
 store's character names removed (MiniLM ranks by the names it sees), and `cast_version` records
-which names; long items also get one vector per passage.
+which names; long items also get one vector per passage. All of the one model `docs_model` names.
 
 Every change bumps the store's docs revision (`search_meta.docs_rev`) and stamps the row with it (a
 deletion leaves a `docs_gone` row): search.py's in-memory index catches up by reading what is
 newer than the revision it holds, whichever process wrote it.
 
-Owns: docs, docs_fts, docs_vec, docs_passages, docs_gone, search_meta.
+Owns: docs, docs_fts, docs_vec, docs_passages, docs_gone, search_meta, docs_model.
 
 Reads one other table: every character's name and aliases (`characters`, the cast), to take them
 out of texts before embedding; a trigger on that table bumps `cast_version`.
@@ -60,6 +60,7 @@ class Prepared:
     passages: tuple[np.ndarray, ...] = ()
     dense_hash: str = ""
     cast_version: int = -1
+    model_key: str = ""  # the embedder's (embedders.py); "" only for vectors made elsewhere
 
 
 def dense_hash(text: str) -> str:
@@ -107,25 +108,26 @@ def store_names(db: Database) -> tuple[int, Names]:
 
 # --- write time ------------------------------------------------------------------------------
 def prepare(svc: Services, texts: Sequence[str], timeout: float | None = None, *,
-            keep_names: bool = False) -> list[Prepared]:
+            keep_names: bool = False, embedder: Any = None) -> list[Prepared]:
     """Embed texts (in one batch) for later `put()` calls.
 
     Names of the store's characters are taken out of the texts before embedding, unless
     `keep_names` (the vectors are then replaced in the background). Long texts get passages of
-    at least the setting search_passage_min_words; `timeout` defaults to `svc.embed_wait()`.
+    at least the setting search_passage_min_words; `timeout` defaults to `svc.embed_wait()`;
+    `embedder` to the store's (`svc.embedder`, the model of its vectors).
     """
+    embedder, timeout = embedder or svc.embedder, svc.embed_wait() if timeout is None else timeout
     version, cast = (-1, None) if keep_names else store_cast(svc.db)
-    if timeout is None:
-        timeout = svc.embed_wait()
     min_words = svc.settings.search_passage_min_words
     dense = [t if cast is None else ranking.dense_text(t, cast) for t in texts]
     parts = [ranking.chunks(d, min_words=min_words, max_chunks=MAX_PASSAGES) for d in dense]
     extra = [p for ps in parts if len(ps) > 1 for p in ps]
-    vectors = svc.embedder.embed(dense + extra, timeout=timeout) if texts else []
+    vectors = embedder.embed(dense + extra, timeout=timeout, kind="passage") if texts else []
     out, at = [], len(dense)
     for i, text in enumerate(texts):
         n = len(parts[i]) if len(parts[i]) > 1 else 0
-        out.append(Prepared(text, vectors[i], tuple(vectors[at:at + n]), dense_hash(dense[i]), version))
+        out.append(Prepared(text, vectors[i], tuple(vectors[at:at + n]), dense_hash(dense[i]), version,
+                            embedder.key))
         at += n
     return out
 
@@ -164,10 +166,47 @@ def _drop_vectors(conn: Connection, doc_id: int, passages: int) -> None:
                      [(doc_id * MAX_PASSAGES + i,) for i in range(passages)])
 
 
-def _write_vectors(conn: Connection, doc_id: int, prepared: Prepared) -> None:
+def _write_vectors(conn: Connection, doc_id: int, prepared: Prepared) -> Prepared:
+    """One row's vectors; made by another model than the store's (it moved on meanwhile), a zero
+    vector instead (BM25 alone ranks it until the cast pass embeds it again: two models never mix)."""
+    key, dim = model(conn)
+    if not key and prepared.model_key:  # the store's first vector: its model is the store's
+        key = adopt_model(conn, prepared.model_key, len(prepared.vector))
+    if prepared.model_key and prepared.model_key != key:
+        prepared = Prepared(prepared.text, np.zeros(dim, np.float32), (), "", -1, key)
     conn.execute("INSERT INTO docs_vec(rowid, embedding) VALUES (?,?)", (doc_id, _blob(prepared.vector)))
     conn.executemany("INSERT INTO docs_passages(rowid, embedding) VALUES (?,?)",
                      [(doc_id * MAX_PASSAGES + i, _blob(v)) for i, v in enumerate(prepared.passages)])
+    return prepared
+
+
+def model(conn: Connection) -> tuple[str, int]:
+    """(the key of the model every vector is of — "" before the first —, their dimension)."""
+    row = conn.execute("SELECT model_key, dim FROM docs_model").fetchone()
+    return (row[0], int(row[1])) if row else ("", 384)
+
+
+def adopt_model(conn: Connection, key: str, dim: int) -> str:
+    """A store without vectors takes model `key` (tables of `dim`); returns the store's model."""
+    held = model(conn)[0]
+    if not (held and conn.execute("SELECT 1 FROM docs_vec LIMIT 1").fetchone()):
+        install_vectors(conn, held := key, dim, {})
+    return held
+
+
+def install_vectors(conn: Connection, key: str, dim: int, vectors: dict[int, tuple[np.ndarray, list]]) -> None:
+    """Every row's vectors replaced by model `key`'s (`vectors`: doc id -> (vector, passages))."""
+    for table in ("docs_vec", "docs_passages"):
+        conn.execute(f"DELETE FROM {table}")
+        if dim != model(conn)[1]:  # vec0 tables have one size: made anew for the new model
+            conn.execute(f"DROP TABLE {table}")
+            conn.execute(f"CREATE VIRTUAL TABLE {table} USING vec0(embedding float[{dim}] distance_metric=cosine)")
+    conn.execute("INSERT OR REPLACE INTO docs_model(id, model_key, dim) VALUES (1, ?, ?)", (key, dim))
+    for doc_id, (vector, passages) in vectors.items():
+        _write_vectors(conn, doc_id, Prepared("", vector, tuple(passages), model_key=key))
+    rev = _bump(conn)
+    conn.executemany("UPDATE docs SET passages=?, rev=? WHERE id=?",
+                     [(len(p), rev, d) for d, (_, p) in vectors.items()])
 
 
 def put(conn: Connection, kind: str, ref_id: str, prepared: Prepared, *, created_at: str,
@@ -201,7 +240,8 @@ def put(conn: Connection, kind: str, ref_id: str, prepared: Prepared, *, created
         conn.execute(f"UPDATE docs SET {', '.join(f'{k}=?' for k in values)} WHERE id=?",
                      (*values.values(), doc_id))
     conn.execute("INSERT INTO docs_fts(rowid, text) VALUES (?,?)", (doc_id, prepared.text))
-    _write_vectors(conn, doc_id, prepared)
+    if _write_vectors(conn, doc_id, prepared) is not prepared:  # another model's: embedded again soon
+        conn.execute("UPDATE docs SET passages=0, dense_hash='', cast_version=-1 WHERE id=?", (doc_id,))
     return doc_id
 
 
@@ -217,8 +257,7 @@ def _ids_of(conn: Connection, kind: str, refs: Sequence[str]) -> dict[str, tuple
 
 
 def copy(conn: Connection, kind: str, old_ref: str, new_ref: str, *, chat_id: str | None) -> int | None:
-    """A copy of an item's index entry under another ref and chat, its vectors copied, never
-    embedded again (a branch's copies, CP2). Returns the new doc id, or None without an entry."""
+    """An item's entry copied under another ref and chat, its vectors too (CP2); None without one."""
     return copy_many(conn, kind, [(old_ref, new_ref)], chat_id=chat_id).get(old_ref)
 
 
@@ -396,7 +435,7 @@ def replace_vectors(conn: Connection, doc_id: int, rev: int, prepared: Prepared)
     conn.execute("DELETE FROM docs_vec WHERE rowid=?", (doc_id,))
     conn.executemany("DELETE FROM docs_passages WHERE rowid=?",
                      [(doc_id * MAX_PASSAGES + i,) for i in range(row[0])])
-    _write_vectors(conn, doc_id, prepared)
+    prepared = _write_vectors(conn, doc_id, prepared)
     conn.execute("UPDATE docs SET passages=?, dense_hash=?, cast_version=?, rev=? WHERE id=?",
                  (len(prepared.passages), prepared.dense_hash, prepared.cast_version, _bump(conn), doc_id))
     return True

@@ -1,4 +1,5 @@
-"""Sentence embeddings from the packaged all-MiniLM-L6-v2, loaded once, off the request path.
+"""Sentence embeddings, loaded once, off the request path: the packaged all-MiniLM-L6-v2 here
+(`Embedder`), the other choices of the setting `embedder` in embedders.py (same interface).
 
 The model loads in a background thread (about 5 s), so the server answers /v1/health at once.
 A write that needs a vector waits for the model (up to `embedder_wait_seconds`) rather than store
@@ -30,6 +31,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 PACKAGED_MODEL_NAME = "all-MiniLM-L6-v2"
+KINDS = ("query", "passage")  # e5 models embed a question and a stored text differently
 
 
 class EmbedderNotReady(Exception):
@@ -70,19 +72,28 @@ def packaged_model_path() -> str:
 
 
 class Embedder:
-    """Loads the model in the background; embeds texts into unit-length float32 vectors."""
+    """Loads the model in the background; embeds texts into unit-length float32 vectors.
+
+    Subclasses (embedders.py) replace `_open` (load, return the dimension) and `_run` (embed one
+    chunk); `key` names the model that made a vector (docs.py keeps it with a store's vectors)."""
+
+    distinguishes_kinds = False  # MiniLM embeds a query as it embeds a passage
+    retry_seconds: float | None = None  # a local model that failed to load fails for good
 
     def __init__(self, model_path: str, *, threads: int, background_chunk: int, step_aside_seconds: float,
-                 dim: int = 384, cache_size: int = 4096) -> None:
+                 dim: int | None = None, cache_size: int = 4096) -> None:
         self.model_path = model_path
         self.threads = max(1, threads)
         self.model_name = os.path.basename(model_path.rstrip("/")) if model_path else PACKAGED_MODEL_NAME
-        self.dim = dim
+        self.key = f"minilm:{model_path or PACKAGED_MODEL_NAME}"
+        self.dim = dim  # read from the model once it loads
         # all-MiniLM-L6-v2 is English: its vectors of Chinese, Japanese or Korean text are noise
         # (search weighs its cosine by the share of a query in scripts with spaces).
         self.reads_every_script = False
         self.error: str | None = None
+        self.last_error: str | None = None  # the last call that failed (a remote endpoint down)
         self.load_seconds: float | None = None
+        self._failed_at = 0.0
         self._model: Any = None
         self._ready = threading.Event()
         self._started = False
@@ -104,8 +115,14 @@ class Embedder:
         return self._ready.is_set() and self.error is None
 
     def start_loading(self) -> "Embedder":
-        """Begin loading in a daemon thread (idempotent)."""
+        """Begin loading in a daemon thread (idempotent; a remote model that failed is tried again
+        after `retry_seconds`)."""
         with self._start_lock:
+            again = (self.error is not None and self.retry_seconds is not None and self._ready.is_set()
+                     and time.monotonic() - self._failed_at >= self.retry_seconds)
+            if again:
+                self._started, self.error = False, None
+                self._ready.clear()
             if not self._started:
                 self._started = True
                 threading.Thread(target=self._load, name="embedder-load", daemon=True).start()
@@ -114,25 +131,32 @@ class Embedder:
     def _load(self) -> None:
         started = time.perf_counter()
         try:
-            import torch
-            from sentence_transformers import SentenceTransformer
-
-            # One thread: on 2 cores under load, two torch threads spin waiting for each other
-            # (measured: 9 ms p50 with one, 197 ms p50 with two while other work runs).
-            torch.set_num_threads(self.threads)
-            model = SentenceTransformer(self.model_path or packaged_model_path(), device="cpu")
-            dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-            got = dimension()
-            if got != self.dim:
-                raise ValueError(f"model {self.model_name} makes {got}-dimensional vectors; "
-                                 f"this store holds {self.dim}-dimensional ones")
-            model.encode(["warm up"], normalize_embeddings=True, show_progress_bar=False)
-            self._model = model
+            self.dim = self._open()
         except Exception as exc:  # reported by /v1/health and by every write that needs it
             self.error = f"{type(exc).__name__}: {exc}"
+            self._failed_at = time.monotonic()
         finally:
             self.load_seconds = time.perf_counter() - started
             self._ready.set()
+
+    def _open(self) -> int:
+        """Load the model; return the dimension of its vectors."""
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        # One thread: on 2 cores under load, two torch threads spin waiting for each other
+        # (measured: 9 ms p50 with one, 197 ms p50 with two while other work runs).
+        torch.set_num_threads(self.threads)
+        model = SentenceTransformer(self.model_path or packaged_model_path(), device="cpu")
+        dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        model.encode(["warm up"], normalize_embeddings=True, show_progress_bar=False)
+        self._model = model
+        return int(dimension())
+
+    def _run(self, texts: list[str], kind: str) -> np.ndarray:
+        """Unit vectors of one chunk of texts (the model is loaded)."""
+        return self._model.encode(texts, batch_size=32, normalize_embeddings=True,
+                                  convert_to_numpy=True, show_progress_bar=False)
 
     def wait(self, timeout: float) -> None:
         """Block until loaded; raise EmbedderNotReady after `timeout` s or if loading failed."""
@@ -140,46 +164,52 @@ class Embedder:
         if not self._ready.wait(timeout):
             raise EmbedderNotReady("the embedding model is still loading; try again in a few seconds")
         if self.error:
-            raise EmbedderNotReady(f"the embedding model failed to load: {self.error}")
+            raise EmbedderNotReady(f"the embedding model {self.key} failed to load: {self.error}")
 
-    def embed(self, texts: Sequence[str], timeout: float) -> np.ndarray:
-        """Unit vectors, one row per text (shape (n, dim), float32).
+    def _cache_key(self, text: str, kind: str) -> str:
+        return f"{kind}\x00{text}" if self.distinguishes_kinds else text
+
+    def embed(self, texts: Sequence[str], timeout: float, kind: str = "passage") -> np.ndarray:
+        """Unit vectors, one row per text (shape (n, dim), float32). `kind`: "passage" for what
+        is stored, "query" for what is searched with.
 
         Recently embedded texts come from a small cache: a query repeated every turn (the last
         action, a re-sent message, an edit back and forth) is not embedded twice.
         """
         self.wait(timeout)
-        texts = list(texts)
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
+        keys = [self._cache_key(t, kind) for t in texts]
+        if not keys:
+            return np.zeros((0, self.dim or 0), dtype=np.float32)
+        text_of = dict(zip(keys, texts))
         found: dict[str, np.ndarray] = {}
         with self._cache_lock:
-            for text in texts:
-                if text in self._cache:
-                    self._cache.move_to_end(text)
-                    found[text] = self._cache[text]
-            missing = list(dict.fromkeys(t for t in texts if t not in found))
-            others = {t: self._inflight[t] for t in missing if t in self._inflight}
-            missing = [t for t in missing if t not in others]
-            for text in missing:
-                self._inflight[text] = threading.Event()
+            for key in keys:
+                if key in self._cache:
+                    self._cache.move_to_end(key)
+                    found[key] = self._cache[key]
+            missing = list(dict.fromkeys(k for k in keys if k not in found))
+            others = {k: self._inflight[k] for k in missing if k in self._inflight}
+            missing = [k for k in missing if k not in others]
+            for key in missing:
+                self._inflight[key] = threading.Event()
         try:
-            self._encode(missing, found)
+            self._encode(missing, text_of, kind, found)
         finally:
             with self._cache_lock:
-                for text in missing:
-                    self._inflight.pop(text).set()
-        for text, done in others.items():  # embedded by another thread: its vector, once there
+                for key in missing:
+                    self._inflight.pop(key).set()
+        for key, done in others.items():  # embedded by another thread: its vector, once there
             done.wait(timeout)
             with self._cache_lock:
-                vector = self._cache.get(text)
+                vector = self._cache.get(key)
             if vector is None:  # it failed there, or the cache moved on: embed it here
-                self._encode([text], found)
+                self._encode([key], text_of, kind, found)
             else:
-                found[text] = vector
-        return np.stack([found[t] for t in texts])
+                found[key] = vector
+        return np.stack([found[k] for k in keys])
 
-    def _encode(self, missing: list[str], found: dict[str, np.ndarray]) -> None:
+    def _encode(self, missing: list[str], text_of: dict[str, str], kind: str,
+                found: dict[str, np.ndarray]) -> None:
         request = not priority.is_background()  # background work: in chunks, requests first
         step = max(1, len(missing)) if request else self.background_chunk
         for start in range(0, len(missing), step):
@@ -187,23 +217,41 @@ class Embedder:
             if not request:
                 priority.step_aside(self.step_aside_seconds)
             with self._turns.hold(request):
-                fresh = self._model.encode(chunk, batch_size=32, normalize_embeddings=True,
-                                           convert_to_numpy=True, show_progress_bar=False)
+                fresh = self._checked([text_of[k] for k in chunk], kind)
             self.encoded += len(chunk)
-            for text, vector in zip(chunk, fresh):
-                found[text] = np.asarray(vector, dtype=np.float32)
-                self._remember(text, found[text])
+            for key, vector in zip(chunk, fresh):
+                found[key] = np.asarray(vector, dtype=np.float32)
+                self._remember(key, found[key])
 
-    def _remember(self, text: str, vector: np.ndarray) -> None:
+    def _checked(self, texts: list[str], kind: str) -> np.ndarray:
+        """`_run`, its failures told as EmbedderNotReady (a 503: nothing is written) and kept for health."""
+        try:
+            fresh = np.asarray(self._run(texts, kind), dtype=np.float32).reshape(len(texts), -1)
+        except EmbedderNotReady as exc:
+            self.last_error = str(exc)
+            raise
+        except Exception as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            raise EmbedderNotReady(f"the embedding model {self.key} failed: {self.last_error}") from exc
+        self.last_error = None
+        return fresh
+
+    def _remember(self, key: str, vector: np.ndarray) -> None:
         with self._cache_lock:
-            self._cache[text] = vector
-            self._cache.move_to_end(text)
+            self._cache[key] = vector
+            self._cache.move_to_end(key)
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
 
-    def embed_one(self, text: str, timeout: float) -> np.ndarray:
+    def embed_one(self, text: str, timeout: float, kind: str = "passage") -> np.ndarray:
         """The unit vector of one text (see `embed`)."""
-        return self.embed([text], timeout)[0]
+        return self.embed([text], timeout, kind)[0]
+
+    def status(self) -> dict[str, Any]:
+        """For /v1/health: which model, its dimension, whether it is ready, why not."""
+        return {"model": self.model_name, "key": self.key, "dim": self.dim, "ready": self.ready,
+                "error": self.error or self.last_error, "load_seconds": self.load_seconds,
+                "reads_every_script": self.reads_every_script}
 
 
 def from_settings(settings: Settings) -> Embedder:

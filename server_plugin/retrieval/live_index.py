@@ -35,9 +35,7 @@ from . import visibility
 
 log = logging.getLogger(__name__)
 
-DIM = 384
-
-
+DIM = 384  # until the store's model says otherwise (docs.model)
 REEMBED_BATCH = 8  # texts per background embedding call (a query waits at most for one batch)
 
 
@@ -116,8 +114,8 @@ class LiveIndex:
     previous-1, next-1, previous-2, next-2, as `ranking.neighbour_index`).
     """
 
-    def __init__(self, window_weights: Sequence[float], capacity: int = 1024) -> None:
-        self.window_weights = tuple(window_weights)
+    def __init__(self, window_weights: Sequence[float], capacity: int = 1024, dim: int = DIM) -> None:
+        self.window_weights, self.dim = tuple(window_weights), dim
         self.n = 0
         self.dead = 0
         self.rev = 0
@@ -125,9 +123,9 @@ class LiveIndex:
         self.stale_cast = False  # some row's vector may hold names of the current cast
         self.cap = capacity
         self.a = {name: np.full(capacity, fill, dtype=dtype) for name, (dtype, fill) in _FIELDS.items()}
-        self.vectors = np.zeros((capacity, DIM), dtype=np.float32)
+        self.vectors = np.zeros((capacity, dim), dtype=np.float32)
         self.nbr = np.full((capacity, 4), -1, dtype=np.int64)
-        self.pvec = np.zeros((max(16, capacity // 2), DIM), dtype=np.float32)
+        self.pvec = np.zeros((max(16, capacity // 2), dim), dtype=np.float32)
         self.powner = np.zeros(len(self.pvec), dtype=np.int64)
         self.pn = 0
         self.postings = _Postings()
@@ -148,12 +146,12 @@ class LiveIndex:
                 grown = np.full(cap, fill, dtype=dtype)
                 grown[: self.n] = self.a[name][: self.n]
                 self.a[name] = grown
-            self.vectors = np.concatenate([self.vectors[: self.n], np.zeros((cap - self.n, DIM), np.float32)])
+            self.vectors = np.concatenate([self.vectors[: self.n], np.zeros((cap - self.n, self.dim), np.float32)])
             self.nbr = np.concatenate([self.nbr[: self.n], np.full((cap - self.n, 4), -1, np.int64)])
             self.cap = cap
         if self.pn + passages > len(self.pvec):
             cap = max(len(self.pvec) * 2, self.pn + passages)
-            self.pvec = np.concatenate([self.pvec[: self.pn], np.zeros((cap - self.pn, DIM), np.float32)])
+            self.pvec = np.concatenate([self.pvec[: self.pn], np.zeros((cap - self.pn, self.dim), np.float32)])
             self.powner = np.concatenate([self.powner[: self.pn], np.zeros(cap - self.pn, np.int64)])
 
     # -- rows ------------------------------------------------------------------------------------
@@ -309,8 +307,8 @@ def _add_rows(live: LiveIndex, rows: Sequence[Any], vecs: dict[int, np.ndarray],
 
 def build(db: Database, window_weights: Sequence[float]) -> LiveIndex:
     """A fresh LiveIndex of every docs row, from one consistent snapshot."""
-    live = LiveIndex(window_weights)
     with db.read() as conn:
+        live = LiveIndex(window_weights, dim=index.model(conn)[1])
         live.rev = index.revision(conn)
         live.cast_version = index.cast_version(conn)
         rows = index.all_rows(conn, _COLUMNS)
@@ -324,13 +322,14 @@ def build(db: Database, window_weights: Sequence[float]) -> LiveIndex:
 
 def catch_up(live: LiveIndex, db: Database, limit: int | None = None) -> bool:
     """Apply every write committed since `live.rev`. False (nothing applied) when the gap is too
-    large to patch — more than `limit` changed rows, or deletions no longer recorded: rebuild."""
+    large to patch — more than `limit` changed rows, deletions no longer recorded, vectors of
+    another size: rebuild."""
     with db.read() as conn:
         rev = index.revision(conn)
         version = index.cast_version(conn)
         if rev == live.rev and version == live.cast_version:
             return True
-        if live.rev < index.gone_floor(conn):
+        if live.rev < index.gone_floor(conn) or index.model(conn)[1] != live.dim:  # (vectors resized)
             return False
         gone = index.gone_since(conn, live.rev)
         rows = index.rows_since(conn, _COLUMNS, live.rev)

@@ -69,12 +69,21 @@ def query_cast(svc: Services, chat_id: str | None) -> R.Cast:
     return svc.cached("search_cast", (version, chat_id, members), build, size=64)
 
 
+class QueryVector(np.ndarray):
+    """A query's vector that knows the model that made it (`model_key`)."""
+
+    model_key = ""
+
+
 def query_vector(svc: Services, query: str, chat_id: str | None = None) -> np.ndarray:
     """The dense side of a query (SW6): the text as `dense_query_text` reads it with the chat's
-    cast (stored vectors are embedded without character names), embedded. The context call
-    computes it once and ranks its per-turn memories with it too."""
+    cast (stored vectors are embedded without character names), embedded as a query by the
+    store's model. The context call computes it once and ranks its per-turn memories with it too."""
     text = R.dense_query_text(query, query_cast(svc, chat_id), params_of(svc.settings))
-    return svc.embedder.embed_one(text, svc.embed_wait())
+    embedder = svc.embedder
+    vector = embedder.embed_one(text, svc.embed_wait(), kind="query").view(QueryVector)
+    vector.model_key = embedder.key
+    return vector
 
 
 def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: str | None = None,
@@ -102,6 +111,9 @@ def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: 
     k = max(0, min(int(k), svc.settings.search_max_k))
     scopes = visibility.readable_scopes(svc.db.reader(), viewer_id) if viewer_id is not None else ()
     with state.lock:
+        if getattr(vector, "model_key", "") not in ("", svc.embedder.key):
+            # the store moved to another model since (reembed.switch, under this lock): embed again
+            prepared = R.prepare_query(query, cast, query_vector(svc, query, chat_id), params)
         live = state.current()
         mask = live.candidates(viewer_id, scopes, chat_ids or ([chat_id] if chat_id else None), kinds)
         scores = R.rank(live.corpus(), prepared, params, mask)

@@ -492,6 +492,8 @@ def _write(conn: Connection, known: list[Table], rows: dict[str, list[list[Any]]
     for table in known:
         if not rows[table.name]:
             continue
+        if table.virtual:
+            _fit_vectors(conn, table.name, rows[table.name][0])
         marks = ", ".join("?" * len(table.columns))
         sql = (f"INSERT INTO {_quote(table.name)}({', '.join(_quote(c) for c in table.columns)})"
                f" VALUES ({marks})")
@@ -514,6 +516,17 @@ def _write(conn: Connection, known: list[Table], rows: dict[str, list[list[Any]]
         check(conn)
     for _, sql in triggers:
         conn.execute(sql)
+
+
+def _fit_vectors(conn: Connection, name: str, first: list[Any]) -> None:
+    """A vec0 table made anew for the document's vectors when they are of another size (a store
+    of another embedder, docs/search.md section 6); it was emptied above."""
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0] or ""
+    size = re.search(r"float\[(\d+)\]", sql)
+    blob = next((v for v in first if isinstance(v, (bytes, bytearray))), None)
+    if "vec0" in sql.lower() and size and blob is not None and len(blob) // 4 != int(size.group(1)):
+        conn.execute(f"DROP TABLE {_quote(name)}")
+        conn.execute(sql.replace(size.group(0), f"float[{len(blob) // 4}]"))
 
 
 # --- after an import, in a running sidecar -----------------------------------------------------

