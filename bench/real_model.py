@@ -11,6 +11,11 @@ repository (a folder under /work/bench_cache, never a dependency of the product)
 
     nice python bench/real_model.py --model /work/bench_cache/models/X.gguf \\
         --llama-python /work/bench_cache/llama_venv/bin/python [--messages 104]
+    nice python bench/real_model.py --model X.gguf --node-llama /work/bench_cache/nodellama
+
+`--node-llama DIR`: instead of llama-cpp-python (no wheel here; its build from source takes hours on
+a loaded 2-core machine), llama.cpp through node-llama-cpp's prebuilt binaries
+(`npm install --prefix DIR node-llama-cpp@3.22.1`) behind bench/llama_server.mjs.
 """
 
 from __future__ import annotations
@@ -68,6 +73,17 @@ def start_llama(python: str, model: str, log: str, ctx: int) -> tuple[subprocess
     port = free_port()
     proc = subprocess.Popen([python, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
                              "--port", str(port), "--n_ctx", str(ctx), "--n_threads", "2"],
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}/v1"
+    wait_http(f"{base}/models", proc, 300)
+    return proc, base
+
+
+def start_node_llama(modules: str, model: str, log: str, ctx: int) -> tuple[subprocess.Popen, str]:
+    """llama.cpp through node-llama-cpp behind bench/llama_server.mjs (OpenAI-compatible)."""
+    port = free_port()
+    proc = subprocess.Popen(["node", str(ROOT / "bench" / "llama_server.mjs"), "--modules", modules,
+                             "--model", model, "--port", str(port), "--ctx", str(ctx), "--threads", "2"],
                             stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}/v1"
     wait_http(f"{base}/models", proc, 300)
@@ -220,6 +236,7 @@ def main() -> None:
     parser.add_argument("--fake", action="store_true",
                         help="the recording fake model instead (checks this script, measures nothing)")
     parser.add_argument("--llama-python", default="/work/bench_cache/llama_venv/bin/python")
+    parser.add_argument("--node-llama", help="a folder with node-llama-cpp installed: serve the model with it")
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--ctx", type=int, default=8192)
     parser.add_argument("--budget", type=float, default=5400.0, help="most seconds to wait for the jobs")
@@ -235,7 +252,9 @@ def main() -> None:
             fake.responder = respond
             llama, model_url = None, fake.url
         else:
-            llama, model_url = start_llama(args.llama_python, args.model, os.path.join(tmp, "llama.log"), args.ctx)
+            log = os.path.join(tmp, "llama.log")
+            llama, model_url = (start_node_llama(args.node_llama, args.model, log, args.ctx) if args.node_llama
+                                else start_llama(args.llama_python, args.model, log, args.ctx))
         try:
             sidecar, base = start_sidecar(os.path.join(tmp, "data"), os.path.join(tmp, "sidecar.log"),
                                           model_url, args.ctx)
