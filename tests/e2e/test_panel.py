@@ -915,3 +915,24 @@ def test_sw7_lore_tab_adds_edits_imports_and_deletes(st: STPage, sidecar: Sideca
     confirm_popup(st, "Delete this lore entry?").get_by_text("Delete", exact=True).click()
     page.wait_for_function("() => document.querySelectorAll('.chronicler-lore-entry').length === 2")
     assert "The drowned mill" not in [e["title"] for e in lore_entries(sidecar)]
+
+
+def test_sw7d_the_lore_tab_switches_review_of_lore_grown_from_play(st: STPage, sidecar: Sidecar, seraphina: dict) -> None:
+    """rule SW7d: the Lore tab's "Lore grown from play" choice shows the store's setting and changes
+    it through PATCH /v1/settings, saying what it means; the setting is put back after."""
+    status, before = sidecar.request("GET", "/v1/settings")
+    assert status == 200 and before["settings"]["lore_growth_review"] == "apply", before
+    page = st.page
+    try:
+        open_panel(st, "lore")
+        picker = page.get_by_label("Lore grown from play")
+        picker.wait_for()
+        assert picker.input_value() == "apply"
+        picker.select_option("review")
+        page.get_by_text("nothing reaches the prompt until you accept it").wait_for()
+        assert sidecar.request("GET", "/v1/settings")[1]["settings"]["lore_growth_review"] == "review"
+        close_panel(st)
+        open_panel(st, "lore")
+        assert page.get_by_label("Lore grown from play").input_value() == "review"
+    finally:
+        assert sidecar.request("PATCH", "/v1/settings", {"lore_growth_review": "apply"})[0] == 200
