@@ -11,22 +11,13 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from tests.helpers.fakellm import FakeLLM
 from tests.helpers.plugin_st import PINNED, PluginST, alive, keep, open_page, through_plugin
 from tests.helpers.sillytavern import STPage, configure_chronicler, wait_until
-
-
-@pytest.fixture
-def plugin_st(st_package: Path, fake: FakeLLM, tmp_path: Path) -> Iterator[PluginST]:
-    st = PluginST(st_package, fake, tmp_path)
-    try:
-        yield st
-    finally:
-        st.close()
 
 
 def test_the_plugin_path_end_to_end(plugin_st: PluginST, browser: Any, fake: FakeLLM,
