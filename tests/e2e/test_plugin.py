@@ -1,14 +1,16 @@
 """The SillyTavern server plugin for real: `install-extension --sillytavern` into a SillyTavern server
 folder of its own, SillyTavern started, the plugin starting the sidecar; the page reaches memory
 through SillyTavern's own origin only, with no sidecar URL or token in it; a write without
-SillyTavern's CSRF token is refused; a killed sidecar is back within 15 s; a SIGKILLed SillyTavern
-leaves no sidecar behind."""
+SillyTavern's CSRF token is refused; with the sidecar killed generation goes on (fails open, one
+toast) and memory is back within 15 s of a kill; a SIGKILLed SillyTavern leaves no sidecar behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -65,14 +67,63 @@ def test_the_plugin_path_end_to_end(plugin_st: PluginST, browser: Any, fake: Fak
         context.close()
 
 
-def test_a_killed_sidecar_is_back_within_15_s_and_sigkill_of_sillytavern_leaves_none(
-        plugin_st: PluginST, browser: Any, request: pytest.FixtureRequest) -> None:
+class Reaper:
+    """Kills every sidecar SillyTavern starts, the moment it appears, until stopped: the sidecar
+    stays down for as long as a test needs, whatever the plugin's restart backoff."""
+
+    def __init__(self, st_pid: int) -> None:
+        self.st_pid = st_pid
+        self.killed: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _children(self) -> list[int]:
+        pids: list[int] = []
+        for task in Path(f"/proc/{self.st_pid}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                pids += [int(p) for p in (task / "children").read_text().split()]
+        return pids
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for pid in self._children():
+                with contextlib.suppress(OSError):
+                    if b"serve" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        os.kill(pid, signal.SIGKILL)
+                        self.killed.append(pid)
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+
+def test_a_killed_sidecar_fails_open_is_back_within_15_s_and_sigkill_of_sillytavern_leaves_none(
+        plugin_st: PluginST, browser: Any, fake: FakeLLM, request: pytest.FixtureRequest) -> None:
     st = plugin_st
     st.running()
     st.direct("POST", "/v1/memories", {"text": PINNED, "scope": "global", "pinned": True, "actor": "user"})
     context, page, _ = open_page(browser, st, request.node.name)
     try:
         page.open()
+        page.select_character("Seraphina")  # a first sync that succeeds: the outage below is a new one
+        page.record_toasts()
+        # Generation goes on while the sidecar is dead: every restart is killed until the reply is in.
+        reaper = Reaper(st.server.proc.pid)
+        try:
+            os.kill(st.connection()["pid"], signal.SIGKILL)
+            fake.reset()
+            reply = page.send("Are you still there?")
+        finally:
+            reaper.stop()
+        assert reply.startswith("Fake reply"), reply
+        assert len(fake.completions()) == 1 and PINNED not in json.dumps(fake.completions()[0]["messages"])
+        toasts = [t for t in page.recorded_toasts() if "Chronicler" in t]
+        assert len(toasts) == 1, toasts
+        wait_until(lambda: (s := st.status()) and s["state"] == "running" and s["pid"] not in reaper.killed,
+                   60.0, "the sidecar restarted after the outage", 0.2)
+        st.running()
         first = st.connection()["pid"]
         os.kill(first, signal.SIGKILL)
         killed = time.monotonic()
