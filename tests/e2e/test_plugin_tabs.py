@@ -38,8 +38,6 @@ def _settled(pages: list[STPage]) -> None:
         page.wait_idle(60_000)
 
 
-@pytest.mark.xfail(strict=True, reason="the extension merges both tabs' messages into the sidecar's copy: "
-                   "nothing makes the sidecar follow the chat SillyTavern saved last (seen: 9 messages, saved 5)")
 def test_two_tabs_on_the_same_chat_both_sending_leave_the_sidecar_with_the_saved_chat(
         plugin_st: PluginST, browser: Any, request: pytest.FixtureRequest) -> None:
     st = plugin_st

@@ -6,9 +6,9 @@
 
 import { allowNotFound, isMissingRoute } from '../client.js';
 import { CastSync, chatMembers, chatTitle } from './cast.js';
-import { ChatLedger, listAllIds, orphanIds, reconcile } from './ledger.js';
+import { ChatLedger, fingerprint, listAllIds, orphanIds, reconcile } from './ledger.js';
 import { SyncQueue } from './queue.js';
-import { branchLink, chatRecords, ensureIds, idMaker, markOrigin, messageId } from './records.js';
+import { ID_KEY, branchLink, chatRecords, ensureIds, idMaker, markOrigin, messageId } from './records.js';
 
 /**
  * Split a list into batches of at most `size`.
@@ -53,7 +53,8 @@ export class ChatSync {
      *   onError: (error: Error, what: string) => void,
      *   features?: import('../features.js').Features,
      *   now?: () => string,
-     * }} deps
+     *   savedMessages?: (ctx: any) => Promise<object[] | null>,
+     * }} deps  savedMessages: the open chat as SillyTavern saved it (saved.js), for followSaved
      */
     constructor(deps) {
         this.deps = deps;
@@ -156,6 +157,45 @@ export class ChatSync {
             title: chatTitle(ctx),
             branch: branchLink(ctx),
         };
+    }
+
+    /**
+     * In `ms` (counted again from the last call), make the sidecar's copy of the open chat the chat
+     * SillyTavern saved: another tab or device on the same chat may have saved after this page,
+     * and SillyTavern keeps the last save. Called when a generation ends.
+     * @param {number} ms
+     */
+    followSavedSoon(ms) {
+        const chatId = this.deps.getContext().getCurrentChatId?.();
+        if (!this.deps.savedMessages || !chatId) return;
+        clearTimeout(this.followTimer);
+        this.followTimer = setTimeout(() => { this.followSaved(chatId).catch(() => {}); }, ms);
+    }
+
+    /**
+     * Queued: read the saved chat; delete what the sidecar holds of it that the file does not have,
+     * send what the file has that the sidecar lacks or holds in an older form this page sent.
+     * Skipped when the chat is no longer open, or a saved message has no id of ours yet.
+     * @param {string} chatId
+     */
+    followSaved(chatId) {
+        return this.tasks.enqueue('saved chat', async () => {
+            const ctx = this.deps.getContext();
+            if (ctx.getCurrentChatId?.() !== chatId || this.deps.features?.known?.messageIds === false) return;
+            const saved = await this.deps.savedMessages(ctx);
+            if (!saved || ctx.getCurrentChatId?.() !== chatId || saved.some(m => !m?.extra?.[ID_KEY])) return;
+            const members = chatMembers(ctx);
+            const records = chatRecords(saved, this.now(), members.isGroup ? undefined : members.memberIds[0]);
+            const client = this.deps.getClient();
+            const held = new Set(await listAllIds(client, chatId));
+            for (const id of orphanIds([...held], records.map(r => r.id))) await this.deleteMessage(client, chatId, id);
+            const ledger = this.ledger(chatId);
+            const stale = records.filter(r => !held.has(r.id) || (ledger.sent.has(r.id) && ledger.sent.get(r.id) !== fingerprint(r)));
+            for (const batch of batches(stale, this.deps.batchSize())) {
+                await client.upsertMessages(chatId, batch);
+                ledger.markSent(batch);
+            }
+        });
     }
 
     /** The network part of a sync: register, roll back, delete what vanished, upsert changes. */
