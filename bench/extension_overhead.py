@@ -24,7 +24,7 @@ plugin (SillyTavern's session and CSRF token, as the page calls it): `POST /v1/c
 action each time) and `GET /v1/health` (almost no work in the sidecar: nearly all of its time is the
 path). Target: the proxy's added p50 <= 3 ms, the extension's time per generation still p95 <= 100 ms.
 
-    .venv/bin/python bench/extension_overhead.py [--n 50] [--memories 40] [--pause-ms 800] [--plugin]
+    .venv/bin/python bench/extension_overhead.py [--n 50] [--memories 40] [--pause-ms 800] [--plugin [--proxy-n 200]]
 
 Prints p50/p95 in ms and writes bench/results/extension_overhead.json (extension_overhead_plugin.json).
 """
@@ -271,6 +271,8 @@ def main() -> None:
                         help="for the second run: pause between typing a message and sending it (default 800)")
     parser.add_argument("--plugin", action="store_true",
                         help="through Chronicler's SillyTavern server plugin (and time its proxy)")
+    parser.add_argument("--proxy-n", type=int, default=200,
+                        help="with --plugin: calls of each kind timed each way for the proxy (default 200)")
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright
@@ -296,7 +298,7 @@ def main() -> None:
         typed = st.evaluate(READ_STATS)
         replayed = replay_context(side, stats["request"], args.n)
         if args.plugin:
-            proxy = proxy_overhead(side, stats["request"], args.n)
+            proxy = proxy_overhead(side, stats["request"], args.proxy_n)
         configure_chronicler(st, enabled=False)
         off = run_turns(st, args.n, "off")
 

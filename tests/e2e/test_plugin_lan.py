@@ -34,12 +34,13 @@ def test_a_phone_on_the_lan_chats_and_memory_reaches_the_model(st_package: Path,
     reason = unavailable()
     if reason:
         pytest.skip(reason)
-    lan = Lan(os.getpid()).up()
+    lan = Lan(os.getpid())
     capture: Capture | None = None
     fake: FakeLLM | None = None
     st: PluginST | None = None
     phone: Any = None
     try:
+        lan.up()  # inside the try: a half-built LAN is torn down too
         capture = Capture(lan)
         # The model SillyTavern calls: on the server namespace's loopback (its socket is made there).
         fake = lan.call(lan.st, lambda: FakeLLM().start())
