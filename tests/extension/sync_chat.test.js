@@ -370,6 +370,15 @@ test('dc2: two tabs on one chat — the sidecar follows the chat SillyTavern sav
     assert.deepEqual(s.errors, []);
 });
 
+test('dc2: a saved chat only behind this page (its own save still coming) changes nothing', async () => {
+    const chat = [msg('g'), msg('u1', { user: true }), msg('r1', { turn: 't1' })];
+    const s = setup({ chat });
+    await s.sync.syncCurrentChat('test').done;
+    s.sync.deps.savedMessages = async () => [msg('g'), msg('u1', { user: true })];
+    await s.sync.followSaved('Seraphina - 1');
+    assert.deepEqual([...s.sidecar.chats.get('Seraphina - 1').messages.keys()].sort(), ['g', 'r1', 'u1']);
+});
+
 test('dc2: following the saved chat waits while a saved message has no id of ours yet', async () => {
     const chat = [msg('g'), msg('u1', { user: true })];
     const s = setup({ chat });

@@ -6,7 +6,7 @@
 
 import { allowNotFound, isMissingRoute } from '../client.js';
 import { CastSync, chatMembers, chatTitle } from './cast.js';
-import { ChatLedger, fingerprint, listAllIds, orphanIds, reconcile } from './ledger.js';
+import { ChatLedger, listAllIds, orphanIds, reconcile } from './ledger.js';
 import { SyncQueue } from './queue.js';
 import { ID_KEY, branchLink, chatRecords, ensureIds, idMaker, markOrigin, messageId } from './records.js';
 
@@ -174,8 +174,10 @@ export class ChatSync {
 
     /**
      * Queued: read the saved chat; delete what the sidecar holds of it that the file does not have,
-     * send what the file has that the sidecar lacks or holds in an older form this page sent.
-     * Skipped when the chat is no longer open, or a saved message has no id of ours yet.
+     * send what the file has that the sidecar lacks. Skipped when the chat is no longer open, a
+     * saved message has no id of ours yet, or the file is only behind this page (it lacks some of
+     * this page's messages and has none of another's: this page's own save is still coming).
+     * Messages this page holds are left to the ordinary sync (the file may be older than them).
      * @param {string} chatId
      */
     followSaved(chatId) {
@@ -185,13 +187,18 @@ export class ChatSync {
             const saved = await this.deps.savedMessages(ctx);
             if (!saved || ctx.getCurrentChatId?.() !== chatId || saved.some(m => !m?.extra?.[ID_KEY])) return;
             const members = chatMembers(ctx);
-            const records = chatRecords(saved, this.now(), members.isGroup ? undefined : members.memberIds[0]);
+            const defaultSpeaker = members.isGroup ? undefined : members.memberIds[0];
+            const records = chatRecords(saved, this.now(), defaultSpeaker);
+            const fileIds = new Set(records.map(r => r.id));
+            const mine = chatRecords(ctx.chat, this.now(), defaultSpeaker).map(r => r.id);
+            const foreign = records.some(r => !mine.includes(r.id));
+            if (!foreign && mine.some(id => !fileIds.has(id))) return;
             const client = this.deps.getClient();
             const held = new Set(await listAllIds(client, chatId));
-            for (const id of orphanIds([...held], records.map(r => r.id))) await this.deleteMessage(client, chatId, id);
+            for (const id of orphanIds([...held], [...fileIds])) await this.deleteMessage(client, chatId, id);
             const ledger = this.ledger(chatId);
-            const stale = records.filter(r => !held.has(r.id) || (ledger.sent.has(r.id) && ledger.sent.get(r.id) !== fingerprint(r)));
-            for (const batch of batches(stale, this.deps.batchSize())) {
+            const missing = records.filter(r => !held.has(r.id));
+            for (const batch of batches(missing, this.deps.batchSize())) {
                 await client.upsertMessages(chatId, batch);
                 ledger.markSent(batch);
             }
