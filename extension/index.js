@@ -14,7 +14,7 @@ import { QueryPrefetch } from './src/prefetch.js';
 import { TightBudgetNotice, cachedCounter, standingText } from './src/reserve.js';
 import { INSTALL_CONFIG_FILE, SETTINGS_KEY, fetchInstallConfig, fromInstallConfig, readSettings, storeSettings } from './src/settings.js';
 import { addSettingsDrawer } from './src/settings_panel.js';
-import { ChatSync, placeNow, speakerNow } from './src/sync/index.js';
+import { ChatSync, placeNow, savedMessages, speakerNow } from './src/sync/index.js';
 import { connectionFrom, describePath, pluginClient, versionWarning } from './src/route.js';
 import { registerTools } from './src/tools.js';
 import { pageWorker } from './src/worker.js';
@@ -51,6 +51,7 @@ const state = {
 state.sync = new ChatSync({
     getContext: ctx, getClient: () => client(), batchSize: () => settings().syncBatchSize, features,
     onSuccess: () => notices.success(), onError: (error, what) => notices.failure(error, what),
+    savedMessages: c => savedMessages(c),
 });
 state.worker = pageWorker({
     getClient: () => client(), getContext: ctx, getSettings: settings, features, toast,

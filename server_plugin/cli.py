@@ -19,6 +19,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from .settings import SettingsError, load_settings  # noqa: E402
 
 LOCK_FILE = "chronicler.lock"
+# Windows: the byte the lock takes (far past the "pid N" text, which another process must still read).
+WINDOWS_LOCK_OFFSET = 2**30
 # Written by the SillyTavern server plugin while its sidecar listens (st_plugin/src/config.js).
 CONNECTION_FILE = "sidecar.json"
 
@@ -56,13 +58,15 @@ class AlreadyRunning(Exception):
 def _try_lock(handle: IO[str], system: str = os.name) -> bool:
     """Take an exclusive, non-blocking lock on an open file; False when another process holds it.
 
-    POSIX: flock on the whole file. Windows has no fcntl: msvcrt locks the file's first byte
-    (the lock is the process's, and the OS drops it when the process dies, as flock's is)."""
+    POSIX: flock on the whole file. Windows has no fcntl: msvcrt locks one byte far past the text
+    (a locked byte cannot be read by another process there, and the holder's pid must stay
+    readable); the lock is the process's, and the OS drops it when the process dies, as flock's is."""
     try:
         if system == "nt":
             import msvcrt
 
-            handle.seek(0)
+            # msvcrt.locking locks from the descriptor's position: move the descriptor itself there.
+            os.lseek(handle.fileno(), WINDOWS_LOCK_OFFSET, os.SEEK_SET)
             msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
         else:
             import fcntl
@@ -74,7 +78,7 @@ def _try_lock(handle: IO[str], system: str = os.name) -> bool:
 
 
 def _lock_holder(handle: IO[str]) -> str:
-    """Who holds the lock, as it wrote itself down ("pid N"); unreadable while locked on Windows."""
+    """Who holds the lock, as it wrote itself down ("pid N")."""
     try:
         handle.seek(0)
         return handle.read().strip() or "another process"

@@ -117,3 +117,51 @@ def test_backup_while_serving_under_concurrent_writes_has_every_write_acknowledg
     finally:
         stop.set()
         side.stop()
+
+
+def test_backup_on_windows_flushes_through_a_read_write_binary_descriptor_and_no_folder(
+        api, services, tmp_path, monkeypatch):
+    """Windows refuses fsync through a read-only descriptor and cannot open a folder; and a descriptor
+    opened without O_BINARY there turns "\\n" into "\\r\\n". Faked here: os.name "nt" and an O_BINARY
+    flag (0x8000, its Windows value, harmless on Linux)."""
+    from server_plugin.store import backup
+
+    _memory(api, "The well is dry since the frost.")
+    db_path, out = Path(services.db.path), tmp_path / "copy.sqlite3"
+    opened: dict[int, tuple[str, int]] = {}
+    synced: list[tuple[str, int]] = []
+    real_open, real_fsync = os.open, os.fsync
+
+    def fake_open(path, flags, *rest):
+        fd = real_open(path, flags, *rest)
+        opened[fd] = (str(path), flags)
+        return fd
+
+    def fake_fsync(fd):
+        synced.append(opened[fd])
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "O_BINARY", 0x8000, raising=False)
+    monkeypatch.setattr(os, "open", fake_open)
+    monkeypatch.setattr(os, "fsync", fake_fsync)
+    monkeypatch.setattr(os, "name", "nt")
+    result = backup.backup_database(db_path, out, busy_timeout_ms=services.settings.busy_timeout_ms)
+    monkeypatch.undo()
+    assert result.counts["memories"] == 1 and store_problems(out) == []
+    assert [path for path, _ in synced] == [str(out) + ".part"], synced  # the file; no folder on Windows
+    assert all(flags & os.O_ACCMODE == os.O_RDWR and flags & 0x8000 for _, flags in synced), synced
+    created = [flags for path, flags in opened.values() if path.endswith(".part") and flags & os.O_CREAT]
+    assert created and all(flags & 0x8000 for flags in created)
+
+
+def test_backup_on_posix_still_flushes_the_folder(api, services, tmp_path, monkeypatch):
+    """Off Windows the rename is made durable: the folder is flushed after the file."""
+    from server_plugin.store import backup
+
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_mode), real_fsync(fd))[1])
+    backup.backup_database(Path(services.db.path), tmp_path / "copy.sqlite3",
+                           busy_timeout_ms=services.settings.busy_timeout_ms)
+    monkeypatch.undo()
+    assert [stat.S_ISDIR(mode) for mode in synced] == [False, True]

@@ -104,9 +104,11 @@ def test_the_windows_lock_refuses_a_second_holder(tmp_path, monkeypatch):
     from server_plugin import cli
 
     held: set[str] = set()
+    where: list[int] = []
 
     def locking(fd: int, mode: int, nbytes: int) -> None:
         name = os.path.realpath(f"/proc/self/fd/{fd}")
+        where.append(os.lseek(fd, 0, os.SEEK_CUR))  # msvcrt locks from the descriptor's position
         if name in held:
             raise OSError(36, "Resource deadlock avoided")
         held.add(name)
@@ -119,6 +121,9 @@ def test_the_windows_lock_refuses_a_second_holder(tmp_path, monkeypatch):
     try:
         with pytest.raises(cli.AlreadyRunning, match=f"pid {os.getpid()}"):
             cli.lock_data_dir(tmp_path)
-        assert (tmp_path / cli.LOCK_FILE).read_text().strip() == f"pid {os.getpid()}"
+        text = (tmp_path / cli.LOCK_FILE).read_text()
+        assert text.strip() == f"pid {os.getpid()}"
+        # Windows refuses to read a locked byte: the locked one lies far past the pid's text.
+        assert where == [cli.WINDOWS_LOCK_OFFSET] * 2 and cli.WINDOWS_LOCK_OFFSET > len(text.encode())
     finally:
         first.close()

@@ -403,3 +403,24 @@ def test_sigkill_during_an_import_leaves_the_old_store_or_the_new_one(tmp_path):
         print(f"kills during import: {len(outcomes)}, outcomes {outcomes}")
     finally:
         side.stop()
+
+
+def test_the_export_file_is_opened_binary_where_windows_needs_it(tmp_path, monkeypatch):
+    """Windows turns "\\n" into "\\r\\n" through a descriptor opened without O_BINARY, even under
+    fdopen("wb"): the export file (`chronicler export`, portable.write_file) is opened with it.
+    Faked: O_BINARY = 0x8000 (its Windows value, harmless on Linux)."""
+    flags_seen: list[int] = []
+    real_open = os.open
+
+    def fake_open(path, flags, *rest):
+        flags_seen.append(flags)
+        return real_open(path, flags, *rest)
+
+    monkeypatch.setattr(os, "O_BINARY", 0x8000, raising=False)
+    monkeypatch.setattr(os, "open", fake_open)
+    document = {"format": "chronicler-export", "text": "line one\nline two\r\n"}
+    size = portable.write_file(document, tmp_path / "export.json")
+    monkeypatch.undo()
+    assert flags_seen and all(flags & 0x8000 for flags in flags_seen), flags_seen
+    written = (tmp_path / "export.json").read_bytes()
+    assert written == portable.canonical(document) and size == len(written)

@@ -9,6 +9,9 @@ import { clearPrompts } from './inject.js';
 import { stampTurn, swipePending } from './sync/index.js';
 import { workerWanted } from './worker.js';
 
+/** How long after a generation ends the sidecar's copy is checked against the saved chat. */
+export const FOLLOW_SAVED_MS = 2000;
+
 /** Generation types whose MESSAGE_RECEIVED carries no reply of an intercepted generation (no turn). */
 export const NOT_A_TURN = new Set(['first_message', 'command', 'extension', 'quiet', 'impersonate']);
 
@@ -170,6 +173,9 @@ export class EventHandlers {
     generationEnded() {
         this.deps.sync.release();
         this.deps.worker.generationEnded();
+        // SillyTavern saves the chat as the generation ends; once that save is in, the sidecar
+        // follows the file (another tab may have saved this chat too: the last save wins).
+        if (this.enabled()) this.deps.sync.followSavedSoon?.(FOLLOW_SAVED_MS);
     }
 
     /** CHARACTER_DELETED({id, character}). */

@@ -48,7 +48,24 @@ def _open(path: Path, read_only: bool, busy_timeout_ms: int) -> "sqlite3.Connect
     return conn
 
 
-def _fsync(path: Path) -> None:
+def _binary() -> int:
+    r"""O_BINARY where it exists (Windows: without it a descriptor turns "\n" into "\r\n"); else 0."""
+    return getattr(os, "O_BINARY", 0)
+
+
+def _fsync_file(path: Path) -> None:
+    """Flush a file to disk through a read-write descriptor (Windows refuses fsync on a read-only one)."""
+    fd = os.open(path, os.O_RDWR | _binary())
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_folder(path: Path) -> None:
+    """Flush a folder's entries (the rename) to disk; Windows cannot open a folder as a file (skipped)."""
+    if os.name == "nt":
+        return
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -63,7 +80,7 @@ def backup_database(db_path: Path, out: Path, *, busy_timeout_ms: int) -> Backup
     out.parent.mkdir(parents=True, exist_ok=True)
     part = out.with_name(out.name + ".part")
     part.unlink(missing_ok=True)
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # private from its first byte
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _binary(), 0o600)  # private from its first byte
     os.close(fd)
     try:
         source = _open(db_path, read_only=True, busy_timeout_ms=busy_timeout_ms)
@@ -78,9 +95,9 @@ def backup_database(db_path: Path, out: Path, *, busy_timeout_ms: int) -> Backup
         finally:
             target.close()
             source.close()
-        _fsync(part)
+        _fsync_file(part)
         os.replace(part, out)
-        _fsync(out.parent)
+        _fsync_folder(out.parent)
     except sqlite3.Error as exc:
         part.unlink(missing_ok=True)
         raise BackupError(f"The backup failed: {exc}") from exc

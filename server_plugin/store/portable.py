@@ -204,7 +204,8 @@ def write_file(document: dict[str, Any] | Iterable[bytes], out: Path) -> int:
     part.unlink(missing_ok=True)
     chunks = [canonical(document)] if isinstance(document, dict) else document
     size = 0
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    # O_BINARY (Windows only): "wb" on a descriptor opened in text mode still turns "\n" into "\r\n".
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
             for chunk in chunks:

@@ -18,6 +18,7 @@ from typing import Iterator
 import pytest
 
 from tests.helpers.fakellm import FakeLLM
+from tests.helpers.plugin_st import PluginST
 from tests.helpers.sidecar import Sidecar, sidecar_available
 from tests.helpers.sillytavern import (
     ARTIFACTS,
@@ -162,3 +163,13 @@ def sidecar(st_server: SillyTavernServer, tmp_path_factory: pytest.TempPathFacto
     side.start()
     yield side
     side.stop()
+
+
+@pytest.fixture
+def plugin_st(st_package: Path, fake: FakeLLM, tmp_path: Path) -> Iterator[PluginST]:
+    """SillyTavern in a server folder of its own with the plugin installed by install-extension."""
+    st = PluginST(st_package, fake, tmp_path)
+    try:
+        yield st
+    finally:
+        st.close()

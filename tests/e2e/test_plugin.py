@@ -1,143 +1,25 @@
 """The SillyTavern server plugin for real: `install-extension --sillytavern` into a SillyTavern server
 folder of its own, SillyTavern started, the plugin starting the sidecar; the page reaches memory
 through SillyTavern's own origin only, with no sidecar URL or token in it; a write without
-SillyTavern's CSRF token is refused; a killed sidecar is back within 15 s; a SIGKILLed SillyTavern
-leaves no sidecar behind."""
+SillyTavern's CSRF token is refused; with the sidecar killed generation goes on (fails open, one
+toast) and memory is back within 15 s of a kill; a SIGKILLed SillyTavern leaves no sidecar behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
 import signal
-import subprocess
-import sys
+import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from tests.helpers.fakellm import FakeLLM
-from tests.helpers.sillytavern import (
-    REPO_ROOT,
-    SillyTavernServer,
-    STPage,
-    configure_chronicler,
-    free_port,
-    prepare_data_root,
-    wait_until,
-)
-
-PINNED = "The captain's ship is called the Silver Gull."
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purpose
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _json(url: str) -> Any:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            return json.loads(answer.read())
-    except (urllib.error.URLError, ValueError, OSError):
-        return None
-
-
-class PluginST:
-    """SillyTavern with the Chronicler plugin, in a server folder of its own (the plugin lives in
-    `<server folder>/plugins/`, so the shared package must not be touched)."""
-
-    def __init__(self, st_package: Path, fake: FakeLLM, tmp_path: Path, accounts: bool = False) -> None:
-        # Beside the shared package, so its dependencies (../) resolve; removed afterwards.
-        self.accounts = accounts
-        self.folder = st_package.parent / f"sillytavern-plugin-{os.getpid()}-{tmp_path.name}"
-        shutil.copytree(st_package, self.folder, symlinks=True)
-        self.root = tmp_path / "st-data"
-        prepare_data_root(self.root, self.folder, fake.url, extension_src=None)
-        self.port = free_port()
-        (self.root / "config.yaml").write_text(f"port: {self.port}\nlisten: false\nenableServerPlugins: false\n"
-                                               "enableServerPluginsAutoUpdate: false\n"
-                                               f"enableUserAccounts: {str(accounts).lower()}\n")
-        self.side_dir = tmp_path / "sidecar"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CHRONICLER_")}
-        self.install = subprocess.run(
-            [sys.executable, "-m", "server_plugin.cli", "install-extension", "--sillytavern", str(self.folder),
-             "--st-config", str(self.root / "config.yaml"), "--data-root", str(self.root),
-             "--data-dir", str(self.side_dir), "--allow-node-modules"],
-            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
-        assert self.install.returncode == 0, self.install.stderr
-        # The sidecar the plugin starts runs this checkout's code (PYTHONPATH goes down to it).
-        os.environ.setdefault("PYTHONPATH", str(REPO_ROOT))
-        self.server = SillyTavernServer(self.folder, self.root, port=self.port)
-        if accounts:  # "/" and "/login" redirect to each other before a session: wait for a static file
-            self.server.start(ready=f"{self.server.url}/favicon.ico")
-        else:
-            self.server.start()
-
-    @property
-    def url(self) -> str:
-        return self.server.url
-
-    def status(self) -> Any:
-        return _json(f"{self.url}/api/plugins/chronicler/status")
-
-    def connection(self) -> dict[str, Any]:
-        return json.loads((self.side_dir / "sidecar.json").read_text())
-
-    def running(self, limit: float = 120.0) -> dict[str, Any]:
-        """The plugin's status once its sidecar runs with the model loaded and the index built."""
-        if self.accounts:  # the status route needs a session then: the connection file says it runs
-            status = wait_until(lambda: (self.side_dir / "sidecar.json").is_file() and {"state": "running"}, limit,
-                                "the connection file", 0.2)
-        else:
-            status = wait_until(lambda: (s := self.status()) and s["state"] == "running" and s.get("sidecar_version")
-                                and s, limit, "the sidecar running", 0.2)
-        wait_until(lambda: (h := self.direct("GET", "/v1/health")) and h["embedder"]["ready"] and h["search"]["ready"],
-                   limit, "the model and the index ready", 0.2)
-        return status
-
-    def direct(self, method: str, path: str, body: Any = None) -> Any:
-        """The sidecar itself, as the CLI reaches it (the connection file): for setting up only."""
-        where = self.connection()
-        request = urllib.request.Request(f"{where['url']}{path}", method=method,
-                                         data=None if body is None else json.dumps(body).encode(),
-                                         headers={"Authorization": f"Bearer {where['token']}",
-                                                  "Content-Type": "application/json",
-                                                  "X-Chronicler-User": "default-user"})
-        with urllib.request.urlopen(request, timeout=120) as answer:
-            return json.loads(answer.read())
-
-    def close(self) -> None:
-        self.server.stop()
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-@pytest.fixture
-def plugin_st(st_package: Path, fake: FakeLLM, tmp_path: Path) -> Iterator[PluginST]:
-    st = PluginST(st_package, fake, tmp_path)
-    try:
-        yield st
-    finally:
-        st.close()
-
-
-def _page(browser: Any, st: PluginST, request: pytest.FixtureRequest) -> tuple[Any, STPage, list[str]]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    seen: list[str] = []
-    page.on("request", lambda r: seen.append(r.url))
-    return context, STPage(page, st.url, REPO_ROOT / "test-artifacts" / "e2e" / request.node.name), seen
+from tests.helpers.plugin_st import PINNED, PluginST, alive, keep, open_page, through_plugin
+from tests.helpers.sillytavern import STPage, configure_chronicler, wait_until
 
 
 def test_the_plugin_path_end_to_end(plugin_st: PluginST, browser: Any, fake: FakeLLM,
@@ -148,7 +30,7 @@ def test_the_plugin_path_end_to_end(plugin_st: PluginST, browser: Any, fake: Fak
     assert status["plugin_version"] == status["sidecar_version"]
     assert "per_user_stores" in st.direct("GET", "/v1/health")["capabilities"]  # this checkout's sidecar
     st.direct("POST", "/v1/memories", {"text": PINNED, "scope": "global", "pinned": True, "actor": "user"})
-    context, page, seen = _page(browser, st, request)
+    context, page, seen = open_page(browser, st, request.node.name)
     try:
         fake.reset()
         page.open()
@@ -181,25 +63,67 @@ def test_the_plugin_path_end_to_end(plugin_st: PluginST, browser: Any, fake: Fak
         texts = [m["text"] for m in st.direct("GET", "/v1/memories")["memories"]]
         assert "forged" not in texts and PINNED in texts
     finally:
-        _keep(page, seen)
+        keep(page, seen)
         context.close()
 
 
-def _keep(page: STPage, seen: list[str]) -> None:
-    """The page's console and requests, beside its screenshots (for a failure's post-mortem)."""
-    page.artifacts.mkdir(parents=True, exist_ok=True)
-    (page.artifacts / "console.log").write_text("\n".join(page.console))
-    (page.artifacts / "requests.log").write_text("\n".join(seen))
+class Reaper:
+    """Kills every sidecar SillyTavern starts, the moment it appears, until stopped: the sidecar
+    stays down for as long as a test needs, whatever the plugin's restart backoff."""
+
+    def __init__(self, st_pid: int) -> None:
+        self.st_pid = st_pid
+        self.killed: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _children(self) -> list[int]:
+        pids: list[int] = []
+        for task in Path(f"/proc/{self.st_pid}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                pids += [int(p) for p in (task / "children").read_text().split()]
+        return pids
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for pid in self._children():
+                with contextlib.suppress(OSError):
+                    if b"serve" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        os.kill(pid, signal.SIGKILL)
+                        self.killed.append(pid)
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
 
 
-def test_a_killed_sidecar_is_back_within_15_s_and_sigkill_of_sillytavern_leaves_none(
-        plugin_st: PluginST, browser: Any, request: pytest.FixtureRequest) -> None:
+def test_a_killed_sidecar_fails_open_is_back_within_15_s_and_sigkill_of_sillytavern_leaves_none(
+        plugin_st: PluginST, browser: Any, fake: FakeLLM, request: pytest.FixtureRequest) -> None:
     st = plugin_st
     st.running()
     st.direct("POST", "/v1/memories", {"text": PINNED, "scope": "global", "pinned": True, "actor": "user"})
-    context, page, _ = _page(browser, st, request)
+    context, page, _ = open_page(browser, st, request.node.name)
     try:
         page.open()
+        page.select_character("Seraphina")  # a first sync that succeeds: the outage below is a new one
+        page.record_toasts()
+        # Generation goes on while the sidecar is dead: every restart is killed until the reply is in.
+        reaper = Reaper(st.server.proc.pid)
+        try:
+            os.kill(st.connection()["pid"], signal.SIGKILL)
+            fake.reset()
+            reply = page.send("Are you still there?")
+        finally:
+            reaper.stop()
+        assert reply.startswith("Fake reply"), reply
+        assert len(fake.completions()) == 1 and PINNED not in json.dumps(fake.completions()[0]["messages"])
+        toasts = [t for t in page.recorded_toasts() if "Chronicler" in t]
+        assert len(toasts) == 1, toasts
+        wait_until(lambda: (s := st.status()) and s["state"] == "running" and s["pid"] not in reaper.killed,
+                   60.0, "the sidecar restarted after the outage", 0.2)
+        st.running()
         first = st.connection()["pid"]
         os.kill(first, signal.SIGKILL)
         killed = time.monotonic()
@@ -218,16 +142,16 @@ def test_a_killed_sidecar_is_back_within_15_s_and_sigkill_of_sillytavern_leaves_
     finally:
         context.close()
     child = st.connection()["pid"]
-    assert _alive(child)
+    assert alive(child)
     os.kill(st.server.proc.pid, signal.SIGKILL)  # no exit(): SillyTavern just dies
     st.server.proc.wait(10)
-    wait_until(lambda: not _alive(child), 30.0, "no sidecar left", 0.2)
+    wait_until(lambda: not alive(child), 30.0, "no sidecar left", 0.2)
 
 
 # --- user accounts: one store per SillyTavern user -------------------------------------------
 def _login(browser: Any, st: PluginST, handle: str, request: pytest.FixtureRequest) -> tuple[Any, STPage, list[str]]:
     """A browser context logged in to SillyTavern as `handle` (no password), on the app's page."""
-    context, page, seen = _page(browser, st, request)
+    context, page, seen = open_page(browser, st, request.node.name)
     page.page.goto(st.url + "/login", wait_until="domcontentloaded")
     status = page.evaluate("""async handle => {
         const { token } = await (await fetch('/csrf-token')).json();
@@ -239,15 +163,6 @@ def _login(browser: Any, st: PluginST, handle: str, request: pytest.FixtureReque
     page.open()
     configure_chronicler(page, contextTimeoutMs=20000)
     return context, page, seen
-
-
-def _plugin(page: STPage, method: str, path: str, body: Any = None) -> dict[str, Any]:
-    """A call through the plugin route from the page, as the extension makes it (session + CSRF)."""
-    return page.evaluate("""async ([method, path, body]) => {
-        const headers = SillyTavern.getContext().getRequestHeaders();
-        const r = await fetch('/api/plugins/chronicler' + path, {method, headers, credentials: 'same-origin',
-            body: body === null ? undefined : JSON.stringify(body)});
-        return {status: r.status, body: await r.json()}; }""", [method, path, body])
 
 
 def test_user_accounts_two_users_each_with_their_own_store(st_package: Path, fake: FakeLLM, tmp_path: Path,
@@ -271,10 +186,10 @@ def test_user_accounts_two_users_each_with_their_own_store(st_package: Path, fak
         bob, bob_page, _ = _login(browser, st, "bob", request)
         contexts.append(bob)
         alice_page = admin_page  # the default user
-        mine = _plugin(alice_page, "POST", "/v1/memories", {"text": PINNED, "scope": "global", "pinned": True,
+        mine = through_plugin(alice_page, "POST", "/v1/memories", {"text": PINNED, "scope": "global", "pinned": True,
                                                             "actor": "user"})
         assert mine["status"] == 201, mine
-        theirs = _plugin(bob_page, "POST", "/v1/memories", {"text": "Bob's horse is named Thistle.",
+        theirs = through_plugin(bob_page, "POST", "/v1/memories", {"text": "Bob's horse is named Thistle.",
                                                             "scope": "global", "pinned": True, "actor": "user"})
         assert theirs["status"] == 201, theirs
         # Each prompt holds only its user's memory.
@@ -286,14 +201,14 @@ def test_user_accounts_two_users_each_with_their_own_store(st_package: Path, fak
             assert own in prompt and other not in prompt
         # Bob cannot read or change Alice's memory by its id, nor her settings.
         alice_id = mine["body"]["memory"]["id"]
-        assert _plugin(bob_page, "GET", f"/v1/memories/{alice_id}")["status"] == 404
-        gone = _plugin(bob_page, "DELETE", f"/v1/memories/{alice_id}?actor=user")
+        assert through_plugin(bob_page, "GET", f"/v1/memories/{alice_id}")["status"] == 404
+        gone = through_plugin(bob_page, "DELETE", f"/v1/memories/{alice_id}?actor=user")
         assert gone["status"] == 404 and gone["body"]["error"]["code"] == "memory_not_found", gone
-        assert _plugin(alice_page, "PATCH", "/v1/settings", {"llm_mode": "client"})["status"] == 200
-        assert _plugin(bob_page, "GET", "/v1/settings")["body"]["settings"]["llm_mode"] == "extractive"
-        assert _plugin(alice_page, "GET", f"/v1/memories/{alice_id}")["status"] == 200
+        assert through_plugin(alice_page, "PATCH", "/v1/settings", {"llm_mode": "client"})["status"] == 200
+        assert through_plugin(bob_page, "GET", "/v1/settings")["body"]["settings"]["llm_mode"] == "extractive"
+        assert through_plugin(alice_page, "GET", f"/v1/memories/{alice_id}")["status"] == 200
         # Without a session SillyTavern refuses before the plugin.
-        stranger, stranger_page, _ = _page(browser, st, request)
+        stranger, stranger_page, _ = open_page(browser, st, request.node.name)
         contexts.append(stranger)
         stranger_page.page.goto(st.url + "/login", wait_until="domcontentloaded")
         status = stranger_page.evaluate("async () => (await fetch('/api/plugins/chronicler/v1/memories')).status")

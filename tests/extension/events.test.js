@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { EVENT_HANDLERS, EventHandlers, NOT_A_TURN, chatIdOf, listen } from '../../extension/src/events.js';
+import { EVENT_HANDLERS, EventHandlers, FOLLOW_SAVED_MS, NOT_A_TURN, chatIdOf, listen } from '../../extension/src/events.js';
 import { RingBuffer } from '../../extension/src/interceptor.js';
 import { DEFAULTS } from '../../extension/src/settings.js';
 import { ChatSync, ID_KEY, TURN_KEY } from '../../extension/src/sync/index.js';
@@ -28,6 +28,7 @@ function fakeSync({ assigned = [] } = {}) {
         syncCurrentChat: (what) => { calls.push(['sync', what]); return { assigned, done: Promise.resolve() }; },
         hold: (ms) => calls.push(['hold', ms]),
         release: () => calls.push(['release']),
+        followSavedSoon: (ms) => calls.push(['followSavedSoon', ms]),
         renameChat(oldId, newId) { calls.push(['renameChat', oldId, newId]); return this.renameDone; },
         finishRename: () => renamed(),
         deleteChat: (id) => calls.push(['deleteChat', id]),
@@ -209,11 +210,14 @@ test('dc2: a real generation holds the new message\'s upsert for the context cal
     assert.equal(s.deps.worker.calls.length, 4, 'the worker hears of every generation');
 });
 
-test('dc2: a generation that ended or stopped lets held upserts go and tells the worker', () => {
+test('dc2: a generation that ended or stopped lets held upserts go, tells the worker, then follows the saved chat', () => {
     const s = setup();
     s.on.generationEnded();
-    assert.deepEqual(s.deps.sync.calls, [['release']]);
+    assert.deepEqual(s.deps.sync.calls, [['release'], ['followSavedSoon', FOLLOW_SAVED_MS]]);
     assert.deepEqual(s.deps.worker.calls, [['generationEnded']]);
+    s.settings.enabled = false;
+    s.on.generationEnded();
+    assert.deepEqual(s.deps.sync.calls.at(-1), ['release'], 'memory off: the sidecar is not asked');
 });
 
 // --- chats and characters ----------------------------------------------------------------------

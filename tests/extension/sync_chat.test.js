@@ -4,7 +4,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
 import {
-    ChatSync, ID_KEY, TURN_KEY, characterCopy, chatRecords, idsFromListing, memoryMoves, orphanIds, speakerOf, toRecord,
+    ChatSync, ID_KEY, TURN_KEY, characterCopy, chatRecords, idsFromListing, memoryMoves, orphanIds, savedMessages, speakerOf,
+    toRecord,
 } from '../../extension/src/sync/index.js';
 import { FakeSidecar } from './fake_sidecar.js';
 
@@ -346,4 +347,66 @@ test('cp1e: a one-to-one copy carrying another chat\'s mark is a plain branch (a
     const [put] = s.sidecar.calls.filter(c => c[0] === 'putChat' && c[1] === 'Seraphina - copy');
     assert.deepEqual(put[2].branch_of, { chat_id: 'Seraphina - 1', message_id: 'u1' });
     assert.equal(put[2].campaign_id, undefined);
+});
+
+test('dc2: two tabs on one chat — the sidecar follows the chat SillyTavern saved last', async () => {
+    // This tab sent g, a1, a2; another tab saved the chat as g, b1, b2 after it (the last save wins).
+    const mine = [msg('g'), msg('a1', { user: true }), msg('a2', { turn: 't1' })];
+    const theirs = [msg('g'), msg('b1', { user: true }), msg('b2', { turn: 't2' })];
+    const s = setup({ chat: mine });
+    let file = theirs;
+    s.sync.deps.savedMessages = async () => structuredClone(file);
+    await s.sync.syncCurrentChat('test').done;
+    await s.sidecar.upsertMessages('Seraphina - 1', chatRecords([theirs[1]], DATE, 'Seraphina.png').map(r => ({ ...r, index: 1 })));
+    await s.sync.followSaved('Seraphina - 1');
+    const held = () => [...s.sidecar.chats.get('Seraphina - 1').messages.values()].map(m => [m.id, m.index]).sort();
+    assert.deepEqual(held(), [['b1', 1], ['b2', 2], ['g', 0]]);
+    // This tab speaks again and saves: its chat is the file now, and its own messages come back.
+    mine.push(msg('a3', { user: true }));
+    file = mine;
+    await s.sync.syncCurrentChat('test').done;
+    await s.sync.followSaved('Seraphina - 1');
+    assert.deepEqual(held(), [['a1', 1], ['a2', 2], ['a3', 3], ['g', 0]]);
+    assert.deepEqual(s.errors, []);
+});
+
+test('dc2: a saved chat only behind this page (its own save still coming) changes nothing', async () => {
+    const chat = [msg('g'), msg('u1', { user: true }), msg('r1', { turn: 't1' })];
+    const s = setup({ chat });
+    await s.sync.syncCurrentChat('test').done;
+    s.sync.deps.savedMessages = async () => [msg('g'), msg('u1', { user: true })];
+    await s.sync.followSaved('Seraphina - 1');
+    assert.deepEqual([...s.sidecar.chats.get('Seraphina - 1').messages.keys()].sort(), ['g', 'r1', 'u1']);
+});
+
+test('dc2: following the saved chat waits while a saved message has no id of ours yet', async () => {
+    const chat = [msg('g'), msg('u1', { user: true })];
+    const s = setup({ chat });
+    await s.sync.syncCurrentChat('test').done;
+    const bare = { ...msg('x', { user: true }), extra: {} };
+    s.sync.deps.savedMessages = async () => [msg('g'), bare];
+    await s.sync.followSaved('Seraphina - 1');
+    assert.deepEqual([...s.sidecar.chats.get('Seraphina - 1').messages.keys()].sort(), ['g', 'u1']);
+    s.ctx.chatId = 'Other chat';  // and when the chat is no longer open
+    s.sync.deps.savedMessages = async () => [msg('g')];
+    await s.sync.followSaved('Seraphina - 1');
+    assert.deepEqual([...s.sidecar.chats.get('Seraphina - 1').messages.keys()].sort(), ['g', 'u1']);
+});
+
+test('dc2: the saved chat is read through SillyTavern\'s own routes, its header line dropped', async () => {
+    const calls = [];
+    const fetchFn = async (url, init) => {
+        calls.push([url, JSON.parse(init.body), init.headers]);
+        return { ok: true, json: async () => [{ user_name: 'User', chat_metadata: {} }, msg('g')] };
+    };
+    const ctx = {
+        characters: [{ avatar: 'Seraphina.png', name: 'Seraphina' }], characterId: 0,
+        getCurrentChatId: () => 'Seraphina - 1', getRequestHeaders: () => ({ 'X-CSRF-Token': 'tok' }),
+    };
+    assert.deepEqual((await savedMessages(ctx, fetchFn)).map(m => m.extra[ID_KEY]), ['g']);
+    assert.deepEqual(calls[0].slice(0, 2), ['/api/chats/get', { ch_name: 'Seraphina', file_name: 'Seraphina - 1', avatar_url: 'Seraphina.png' }]);
+    assert.equal(calls[0][2]['X-CSRF-Token'], 'tok');
+    await savedMessages({ ...ctx, groupId: 'g1', getCurrentChatId: () => 'Party chat' }, fetchFn);
+    assert.deepEqual(calls[1].slice(0, 2), ['/api/chats/group/get', { id: 'Party chat' }]);
+    assert.equal(await savedMessages(ctx, async () => ({ ok: false })), null);
 });

@@ -8,7 +8,7 @@ import { allowNotFound, isMissingRoute } from '../client.js';
 import { CastSync, chatMembers, chatTitle } from './cast.js';
 import { ChatLedger, listAllIds, orphanIds, reconcile } from './ledger.js';
 import { SyncQueue } from './queue.js';
-import { branchLink, chatRecords, ensureIds, idMaker, markOrigin, messageId } from './records.js';
+import { ID_KEY, branchLink, chatRecords, ensureIds, idMaker, markOrigin, messageId } from './records.js';
 
 /**
  * Split a list into batches of at most `size`.
@@ -53,7 +53,8 @@ export class ChatSync {
      *   onError: (error: Error, what: string) => void,
      *   features?: import('../features.js').Features,
      *   now?: () => string,
-     * }} deps
+     *   savedMessages?: (ctx: any) => Promise<object[] | null>,
+     * }} deps  savedMessages: the open chat as SillyTavern saved it (saved.js), for followSaved
      */
     constructor(deps) {
         this.deps = deps;
@@ -156,6 +157,52 @@ export class ChatSync {
             title: chatTitle(ctx),
             branch: branchLink(ctx),
         };
+    }
+
+    /**
+     * In `ms` (counted again from the last call), make the sidecar's copy of the open chat the chat
+     * SillyTavern saved: another tab or device on the same chat may have saved after this page,
+     * and SillyTavern keeps the last save. Called when a generation ends.
+     * @param {number} ms
+     */
+    followSavedSoon(ms) {
+        const chatId = this.deps.getContext().getCurrentChatId?.();
+        if (!this.deps.savedMessages || !chatId) return;
+        clearTimeout(this.followTimer);
+        this.followTimer = setTimeout(() => { this.followSaved(chatId).catch(() => {}); }, ms);
+    }
+
+    /**
+     * Queued: read the saved chat; delete what the sidecar holds of it that the file does not have,
+     * send what the file has that the sidecar lacks. Skipped when the chat is no longer open, a
+     * saved message has no id of ours yet, or the file is only behind this page (it lacks some of
+     * this page's messages and has none of another's: this page's own save is still coming).
+     * Messages this page holds are left to the ordinary sync (the file may be older than them).
+     * @param {string} chatId
+     */
+    followSaved(chatId) {
+        return this.tasks.enqueue('saved chat', async () => {
+            const ctx = this.deps.getContext();
+            if (ctx.getCurrentChatId?.() !== chatId || this.deps.features?.known?.messageIds === false) return;
+            const saved = await this.deps.savedMessages(ctx);
+            if (!saved || ctx.getCurrentChatId?.() !== chatId || saved.some(m => !m?.extra?.[ID_KEY])) return;
+            const members = chatMembers(ctx);
+            const defaultSpeaker = members.isGroup ? undefined : members.memberIds[0];
+            const records = chatRecords(saved, this.now(), defaultSpeaker);
+            const fileIds = new Set(records.map(r => r.id));
+            const mine = chatRecords(ctx.chat, this.now(), defaultSpeaker).map(r => r.id);
+            const foreign = records.some(r => !mine.includes(r.id));
+            if (!foreign && mine.some(id => !fileIds.has(id))) return;
+            const client = this.deps.getClient();
+            const held = new Set(await listAllIds(client, chatId));
+            for (const id of orphanIds([...held], [...fileIds])) await this.deleteMessage(client, chatId, id);
+            const ledger = this.ledger(chatId);
+            const missing = records.filter(r => !held.has(r.id));
+            for (const batch of batches(missing, this.deps.batchSize())) {
+                await client.upsertMessages(chatId, batch);
+                ledger.markSent(batch);
+            }
+        });
     }
 
     /** The network part of a sync: register, roll back, delete what vanished, upsert changes. */

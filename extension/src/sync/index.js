@@ -4,6 +4,7 @@
 //   cast.js     who is in a chat; the sidecar's characters (creation, rename, delete)
 //   queue.js    the one serial queue, its gate and its critical tasks
 //   chat.js     ChatSync: the I/O that keeps the sidecar's copy of each chat in step
+//   saved.js    the open chat as SillyTavern saved it (the last save wins: two tabs on one chat)
 
 export {
     ID_KEY, TURN_KEY, branchLink, chatRecords, ensureIds, idMaker, messageId, messageTurn, personaOf, speakerOf, stampTurn,
@@ -16,3 +17,4 @@ export {
 } from './cast.js';
 export { SyncQueue } from './queue.js';
 export { ChatSync, batches } from './chat.js';
+export { savedMessages } from './saved.js';
