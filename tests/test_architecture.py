@@ -382,3 +382,19 @@ def test_only_its_owner_names_a_table():
 def test_shared_tables_are_still_shared():
     used = {(path_of(n), t) for n in modules() for s, _ in _strings(tree(n)) for t in NAMED.findall(s)}
     assert sorted(k for k in SHARED_TABLES if k not in used) == [], "no longer shared: take them off"
+
+
+# --- one SQLite library per process ---------------------------------------------------------------
+def test_only_the_store_picks_the_sqlite_library():
+    """store/db.py picks the SQLite library (the stdlib's where it loads extensions, else
+    pysqlite3); every other module and test takes `sqlite3` from it. Two copies of SQLite in one
+    process do not see each other's locks (POSIX locks belong to the process, and each copy keeps
+    its own table of them): the second takes itself for the store's only connection, resets the
+    WAL index the first has mapped, and the first dies of SIGBUS. That killed a CI run in
+    tests/test_upgrade.py, which read a store open in the test's app with the stdlib's sqlite3."""
+    direct = re.compile(r"^\s*(?:import sqlite3\b|from sqlite3 import)", re.MULTILINE)
+    files = [*SOURCE.rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
+    offenders = sorted(str(p.relative_to(ROOT)) for p in files
+                       if p != SOURCE / "store" / "db.py" and "fixtures" not in p.parts
+                       and direct.search(p.read_text(encoding="utf-8")))
+    assert offenders == [], "take sqlite3 from server_plugin.store.db"

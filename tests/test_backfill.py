@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from server_plugin.store.db import sqlite3  # the store's own SQLite library (see test_architecture)
 from server_plugin.cli import lock_data_dir, main
 from server_plugin.sillytavern import chat_file as backfill
 from tests.helpers import stchat

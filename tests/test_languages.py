@@ -140,7 +140,7 @@ def test_m008_marks_rows_stale_and_the_index_reanalyses_them_in_the_background(a
     post_chat(api, "zh", ZH)
     services.db.close()
     # The store as it was before m008: no analyzer column, every row's terms by the English-only analyzer.
-    import sqlite3
+    from server_plugin.store.db import sqlite3  # the store's own library (see test_architecture)
     raw = sqlite3.connect(settings.data_path / settings.db_file)
     for doc_id, text in raw.execute("SELECT id, text FROM docs").fetchall():
         raw.execute("UPDATE docs SET terms=? WHERE id=?", (json.dumps(english_only_terms(text)), doc_id))
