@@ -17,7 +17,7 @@ import { addSettingsDrawer } from './src/settings_panel.js';
 import { ChatSync, placeNow, savedMessages, speakerNow } from './src/sync/index.js';
 import { connectionFrom, describePath, pluginClient, versionWarning } from './src/route.js';
 import { registerTools } from './src/tools.js';
-import { pageWorker } from './src/worker.js';
+import { followJobMode, pageWorker } from './src/worker.js';
 
 const ctx = () => SillyTavern.getContext();
 const settings = () => readSettings(ctx());
@@ -112,6 +112,7 @@ refreshDrawer = await attempt('add the settings drawer', () => addSettingsDrawer
         return outcome;
     },
     features: () => features.known,
+    followJobMode: (choice) => followJobMode(client(), choice, settings(), writeSettings),
 }));
 state.panel = await attempt('add the memory panel', () => installPanel({ getContext: ctx, getClient: () => client(), state }));
 

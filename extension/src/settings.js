@@ -51,6 +51,9 @@ export const DEFAULTS = Object.freeze({
     // In 'sillytavern' mode: the Connection Manager profile background jobs use ('' = the chat's
     // own connection), e.g. a cheaper model than the chat's.
     jobProfileId: '',
+    // The sidecar's own job mode before the drawer switched it to SillyTavern's connection ('client'),
+    // put back when the drawer switches to the sidecar's own again (worker.followJobMode).
+    sidecarJobMode: '',
     // Start the next turn's query embedding as soon as the action is known (a pause in typing this
     // long, or the message sent), so the context call finds it ready (POST /v1/context/prefetch).
     prefetchQuery: true,

@@ -34,6 +34,7 @@ function sectionLabel(section) {
  *   test: () => Promise<{ok: boolean, text: string}>,
  *   features?: () => Record<string, boolean|undefined>, // which optional sidecar routes exist
  *   profiles?: () => {available: boolean, profiles: Array<{id: string, name: string}>, reason: string},
+ *   followJobMode?: (choice: string) => Promise<string|null>, // the sidecar's llm_mode follows the choice
  * }} io
  * @returns {() => void} call when the sidecar's features may have changed
  */
@@ -56,7 +57,15 @@ export function bindSettingsPanel(root, io) {
     const mode = $('chronicler_llm_mode');
     const modeHint = $('chronicler_llm_mode_hint');
     mode.value = settings.llmMode;
-    mode.addEventListener('change', () => io.write({ llmMode: mode.value }));
+    mode.addEventListener('change', async () => {
+        io.write({ llmMode: mode.value });
+        // The sidecar's own mode follows (DC6): no restart, no environment variable.
+        const now = await io.followJobMode?.(mode.value).catch((error) => {
+            modeHint.textContent = `The sidecar kept its job mode: ${error?.message ?? error}`;
+            return undefined;
+        });
+        if (now) modeHint.textContent = now === 'client' ? 'The sidecar now leaves its jobs to this page.' : `The sidecar runs its jobs itself (${now}).`;
+    });
     // "SillyTavern's connection" needs the sidecar's job routes; offer it only when they exist.
     const refreshMode = () => {
         const jobs = io.features?.()?.jobs;

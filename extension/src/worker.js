@@ -240,6 +240,36 @@ export class JobWorker {
 }
 
 /**
+ * DC6: make the sidecar's own job mode follow the drawer's choice, through PATCH /v1/settings (no
+ * restart, this store only). "SillyTavern's connection" sets `llm_mode` to client, remembering the
+ * mode it had (`sidecarJobMode`); "the sidecar's own" puts that back (extractive when none was
+ * remembered) and leaves any other mode as it is. Returns the sidecar's mode now, or null when it
+ * has no run-time settings (an older sidecar: then it is configured where it runs).
+ * @param {{getStoreSettings: Function, patchStoreSettings: Function}} client
+ * @param {'sidecar'|'sillytavern'} choice
+ * @param {{sidecarJobMode?: string}} settings
+ * @param {(patch: object) => void} write stores extension settings
+ */
+export async function followJobMode(client, choice, settings, write) {
+    let current;
+    try {
+        current = (await client.getStoreSettings())?.settings?.llm_mode;
+    } catch {
+        return null;
+    }
+    if (!current) return null;
+    let wanted = current;
+    if (choice === 'sillytavern') {
+        if (current !== 'client') write({ sidecarJobMode: current });
+        wanted = 'client';
+    } else if (current === 'client') {
+        wanted = settings.sidecarJobMode && settings.sidecarJobMode !== 'client' ? settings.sidecarJobMode : 'extractive';
+    }
+    if (wanted !== current) await client.patchStoreSettings({ llm_mode: wanted });
+    return wanted;
+}
+
+/**
  * Whether this page should run the sidecar's jobs: Chronicler on, the "SillyTavern's connection"
  * mode chosen, and a sidecar with the job routes.
  * @param {{enabled: boolean, llmMode: string}} settings

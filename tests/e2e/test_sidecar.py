@@ -46,3 +46,30 @@ def test_dc2_opening_a_chat_registers_the_character_and_the_chat(st: STPage, sid
     ids = st.evaluate("() => SillyTavern.getContext().chat.map(m => m.extra?.chronicler_id)")
     assert ids and all(isinstance(i, str) and i for i in ids), ids
     st.shot("chat-registered")
+
+
+def test_dc6_the_drawers_job_mode_switches_the_sidecars_own_without_a_restart(st: STPage, sidecar: Sidecar) -> None:
+    """rule DC6: choosing "SillyTavern's current connection" in the drawer sets this store's
+    llm_mode to client through PATCH /v1/settings; choosing the sidecar's own again puts back the
+    mode it had. No restart, no environment variable."""
+    status, body = sidecar.request("GET", "/v1/settings")
+    assert status == 200, body
+    before = body["settings"]["llm_mode"]
+    assert before != "client"
+    configure_chronicler(st, sidecarUrl=sidecar.url, token=sidecar.token, llmMode="sidecar")
+    st.open_chronicler_settings()
+    page = st.page
+    mode = page.locator("#chronicler_llm_mode")
+    try:
+        page.wait_for_function("() => !document.querySelector('#chronicler_llm_mode option[value=sillytavern]').disabled",
+                               timeout=20_000)
+        mode.select_option("sillytavern")
+        _wait_for(lambda: sidecar.request("GET", "/v1/settings")[1]["settings"]["llm_mode"] == "client",
+                  what="the sidecar in client mode")
+        page.get_by_text("The sidecar now leaves its jobs to this page.").wait_for()
+        mode.select_option("sidecar")
+        _wait_for(lambda: sidecar.request("GET", "/v1/settings")[1]["settings"]["llm_mode"] == before,
+                  what="the sidecar's own mode back")
+    finally:
+        sidecar.request("PATCH", "/v1/settings", {"llm_mode": before})
+        configure_chronicler(st, llmMode="sidecar")

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 
 import { SidecarError } from '../../extension/src/client.js';
 import { DEFAULTS } from '../../extension/src/settings.js';
-import { JobWorker, connectionProfiles, generateRawArgs, isJobLevel, jobFrom, pageWorker, profileGenerate, schemaName, workerWanted } from '../../extension/src/worker.js';
+import { JobWorker, connectionProfiles, followJobMode, generateRawArgs, isJobLevel, jobFrom, pageWorker, profileGenerate, schemaName, workerWanted } from '../../extension/src/worker.js';
 import { FakeSidecar, outage } from './fake_sidecar.js';
 
 /** Manual time: `advance(ms)` runs due timers in order and awaits what they started. */
@@ -288,4 +288,25 @@ test('mj1: the page worker uses the chosen profile, else generateRaw', async () 
     settings = { ...settings, jobProfileId: '' };
     assert.equal(await w.deps.generate({ prompt: 'x' }), 'raw');
     assert.deepEqual(calls, ['p9', 'raw']);
+});
+
+test('dc6: the sidecar\'s job mode follows the drawer\'s choice through PATCH /v1/settings, and comes back', async () => {
+    let mode = 'openai';
+    const patches = [];
+    const client = {
+        getStoreSettings: async () => ({ settings: { llm_mode: mode } }),
+        patchStoreSettings: async (patch) => { patches.push(patch); mode = patch.llm_mode; return { settings: { llm_mode: mode } }; },
+    };
+    const stored = {};
+    const write = (patch) => Object.assign(stored, patch);
+    assert.equal(await followJobMode(client, 'sillytavern', stored, write), 'client');
+    assert.deepEqual(stored, { sidecarJobMode: 'openai' });
+    assert.equal(await followJobMode(client, 'sillytavern', stored, write), 'client');  // already: no second PATCH
+    assert.equal(await followJobMode(client, 'sidecar', stored, write), 'openai');      // the remembered mode back
+    assert.deepEqual(patches, [{ llm_mode: 'client' }, { llm_mode: 'openai' }]);
+    assert.equal(await followJobMode(client, 'sidecar', stored, write), 'openai');      // nothing to change
+    mode = 'client';
+    assert.equal(await followJobMode(client, 'sidecar', {}, write), 'extractive');      // none remembered
+    const old = { getStoreSettings: async () => { throw new Error('404'); }, patchStoreSettings: async () => assert.fail('no PATCH') };
+    assert.equal(await followJobMode(old, 'sillytavern', {}, write), null);           // an older sidecar: nothing
 });
