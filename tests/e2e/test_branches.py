@@ -4,29 +4,15 @@ whose first prompt holds the parent's story summary, with no job queued for what
 from __future__ import annotations
 
 import json
-from functools import partial
 
 from tests.helpers.fakellm import FakeLLM
 from tests.helpers.sidecar import Sidecar
-from tests.helpers.sillytavern import STPage, configure_chronicler, quote_id, wait_until
+from tests.helpers.sillytavern import STPage, quote_id
+from tests.helpers.st_story import chat_jobs, open_chat_id, stored_count, summarised_chat, wait_long
 
 _q = quote_id
-_wait_until = partial(wait_until, timeout=60.0, interval=0.25)
-
-
-def _jobs(sidecar: Sidecar, chat_id: str) -> list[dict]:
-    status, body = sidecar.request("GET", f"/v1/jobs?chat_id={_q(chat_id)}")
-    assert status == 200, body
-    return body["jobs"]
-
-
-def _stored(sidecar: Sidecar, chat_id: str) -> int:
-    status, body = sidecar.request("GET", f"/v1/chats/{_q(chat_id)}/messages")
-    return len(body["messages"]) if status == 200 else -1
-
-
-def _chat_id(st: STPage) -> str:
-    return st.evaluate("() => SillyTavern.getContext().getCurrentChatId()")
+_wait_until = wait_long
+_jobs, _stored, _chat_id = chat_jobs, stored_count, open_chat_id
 
 
 def test_cp2_create_branch_on_an_earlier_message_holds_the_parents_story_summary(
@@ -34,15 +20,7 @@ def test_cp2_create_branch_on_an_earlier_message_holds_the_parents_story_summary
     """rule CP2: the parent's first session is ended and summarised, a second one goes on; the
     branch made on a message of the second session is registered with branch_of, has no job of
     its own, and its first prompt carries the first session's summary."""
-    configure_chronicler(st, sidecarUrl=sidecar.url, token=sidecar.token)
-    st.select_character("Seraphina")
-    parent = _chat_id(st)
-    st.send("I tell Seraphina the smugglers hid the silver bell in the chapel crypt.")
-    _wait_until(lambda: _stored(sidecar, parent) == len(st.messages()), what="the parent synced")
-    status, _ = sidecar.request("POST", f"/v1/chats/{_q(parent)}/sessions/end", {})
-    assert status == 200
-    _wait_until(lambda: _jobs(sidecar, parent) and all(j["state"] == "done" for j in _jobs(sidecar, parent)),
-                what="the parent's session jobs done")
+    parent = summarised_chat(st, sidecar)
     status, session = sidecar.request("GET", f"/v1/chats/{_q(parent)}/sessions/1")
     assert status == 200 and session["session"]["full"], session
     st.send("We walk to the harbour at dawn.")

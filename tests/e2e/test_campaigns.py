@@ -4,48 +4,20 @@ and derives nothing again; "Continue in a new chat" opens a chat of the same cam
 
 from __future__ import annotations
 
-from functools import partial
-
 from tests.helpers.fakellm import FakeLLM
 from tests.helpers.sidecar import Sidecar
-from tests.helpers.sillytavern import STPage, configure_chronicler, quote_id, wait_until
+from tests.helpers.sillytavern import STPage, quote_id
+from tests.helpers.st_story import chat_jobs, open_chat_id, stored_count, summarised_chat, wait_long
 
 _q = quote_id
-_wait_until = partial(wait_until, timeout=60.0, interval=0.25)
+_wait_until = wait_long
+_jobs, _stored, _chat_id = chat_jobs, stored_count, open_chat_id
+_summarised_chat = summarised_chat
 
 
 def _chat(sidecar: Sidecar, chat_id: str) -> dict | None:
     status, body = sidecar.request("GET", f"/v1/chats/{_q(chat_id)}")
     return body["chat"] if status == 200 else None
-
-
-def _stored(sidecar: Sidecar, chat_id: str) -> int:
-    status, body = sidecar.request("GET", f"/v1/chats/{_q(chat_id)}/messages")
-    return len(body["messages"]) if status == 200 else -1
-
-
-def _jobs(sidecar: Sidecar, chat_id: str) -> list[dict]:
-    status, body = sidecar.request("GET", f"/v1/jobs?chat_id={_q(chat_id)}")
-    assert status == 200, body
-    return body["jobs"]
-
-
-def _chat_id(st: STPage) -> str:
-    return st.evaluate("() => SillyTavern.getContext().getCurrentChatId()")
-
-
-def _summarised_chat(st: STPage, sidecar: Sidecar) -> str:
-    """A one-to-one chat with Seraphina whose first session is ended and summarised."""
-    configure_chronicler(st, sidecarUrl=sidecar.url, token=sidecar.token)
-    st.select_character("Seraphina")
-    parent = _chat_id(st)
-    st.send("I tell Seraphina the smugglers hid the silver bell in the chapel crypt.")
-    _wait_until(lambda: _stored(sidecar, parent) == len(st.messages()), what="the chat synced")
-    status, _ = sidecar.request("POST", f"/v1/chats/{_q(parent)}/sessions/end", {})
-    assert status == 200
-    _wait_until(lambda: _jobs(sidecar, parent) and all(j["state"] == "done" for j in _jobs(sidecar, parent)),
-                what="the session's jobs done")
-    return parent
 
 
 def test_cp1e_convert_to_group_keeps_the_campaign_and_derives_nothing_again(
