@@ -42,7 +42,8 @@ def ingest(svc: Services, chat_id: str, raw: list[dict[str, Any]]) -> dict[str, 
         return {**_outcome(chat_id, None), "memory_enabled": False, "stored": False}
     batch = messages.normalise(svc, raw)
     copied = _branch_prefix(svc.db.reader(), chat, batch)
-    todo = [m for m in batch if m.id not in set(copied)]  # the parent's copies bring their vectors
+    from_parent = set(copied)  # the parent's copies bring their vectors
+    todo = [m for m in batch if m.id not in from_parent]
     vectors = {p.text: p for p in docs.prepare(
         svc, messages.texts_to_embed(svc.db.reader(), chat_id, todo), svc.embed_wait())}
     with svc.db.write() as conn:
