@@ -41,11 +41,12 @@ def run_once(args: list[str], progress: Path, suite: str | None = None) -> int:
 
 def summary(folder: Path = SUITES) -> int:
     """Print what each suite of this `make test` did (the lines kept by --suite), then forget them."""
-    lines = [p.read_text(encoding="utf-8").strip() for p in sorted(folder.glob("*.txt"))] if folder.is_dir() else []
+    reports = sorted(folder.glob("*.txt")) if folder.is_dir() else []
     print("\nChronicler's test suites:")
-    for line in lines or ["(no suite reported: run them through tests/run.py --suite NAME)"]:
+    for line in [p.read_text(encoding="utf-8").strip() for p in reports] or [
+            "(no suite reported: run them through tests/run.py --suite NAME)"]:
         print(f"  {line}")
-    for p in folder.glob("*.txt") if folder.is_dir() else []:
+    for p in reports:
         p.unlink()
     return 0
 
