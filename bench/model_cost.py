@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -36,41 +35,14 @@ from locomo_proto import load  # noqa: E402
 from locomo_retrieval import DEFAULT_DATA, TOKEN, drain, free_port, ingest, stop, wait_ready  # noqa: E402
 
 from server_plugin.core.tokens import get_counter  # noqa: E402
+from tests.helpers.episodes import EMPTY, sections_of, task_of  # noqa: E402
 from tests.helpers.fakellm import FakeLLM  # noqa: E402
 
-# A marker of each task's system prompt, and a small answer its validator accepts.
-ANSWERS: list[tuple[str, str, dict[str, Any]]] = [
-    ("part_notes", "do several tasks with it", {}),
-    ("character_memories", "write the memories that characters keep", {"memories": []}),
-    ("scene_summaries", "split a stretch of a roleplay chat into scenes", {"scenes": []}),
-    ("told_events", "reveals one of the listed", {"events": []}),
-    ("session_summary", "finished session", {"full": "They talked.", "short": "They talked.",
-                                             "quotes": [], "open_threads": [], "resolved": []}),
-    ("chunk_summary", "summarise a stretch", {"summary": "They talked.", "quotes": []}),
-    ("merge_summaries", "merge consecutive summaries", {"summary": "They talked.", "keep_quotes": []}),
-    ("durable_memories", "file the few facts", {"memories": []}),
-    ("sheet_updates", "keep the character sheets", {"new": [], "updates": []}),
-]
-
-
-def task_of(body: dict[str, Any]) -> str:
-    system = body["messages"][0]["content"]
-    return next((name for name, marker, _ in ANSWERS if marker in system), "unknown")
-
-
-def part_answer(system: str) -> dict[str, Any]:
-    """A per-part call's answer: every section its prompt lists, each with its task's small answer."""
-    from server_plugin.jobs.tasks.parts import SECTIONS
-    keys = re.search(r"keys are the section names \(([^)]*)\)", system)
-    small = {name: answer for name, _, answer in ANSWERS}
-    return {k: small.get(SECTIONS[k].task.name, {}) for k in re.findall(r'"([a-z_]+)"', keys.group(1) if keys else "")}
-
-
 def respond(body: dict[str, Any]) -> str:
-    task = task_of(body)
-    if task == "part_notes":
-        return json.dumps(part_answer(body["messages"][0]["content"]))
-    return json.dumps(next((a for name, _, a in ANSWERS if name == task), {}))
+    """A small valid answer to every task (a shared call: to each of its sections)."""
+    if task_of(body) == "part_notes":
+        return json.dumps({k: EMPTY[t] for k, t in sections_of(body["messages"][0]["content"]).items()})
+    return json.dumps(EMPTY[task_of(body)])
 
 
 def start(data_dir: str, log_path: str, model_url: str) -> tuple[Any, str]:
@@ -108,6 +80,7 @@ def main() -> None:
             for conv in convs:
                 ingest(session, base, conv)
             counts = drain(session, base)
+            failed = session.get(f"{base}/jobs", params={"state": "failed", "limit": 5}).json()["jobs"]
         finally:
             stop(proc)
     fake.stop()
@@ -121,6 +94,8 @@ def main() -> None:
         read[task] += sum(counter.count(m["content"]) for m in body["messages"])
     print(f"{len(convs)} conversations, {messages} messages, {transcript} transcript tokens; "
           f"jobs {counts}; {time.monotonic() - t0:.0f} s\n")
+    for job in failed:  # a failed job is a defect to look at, not a cost saved
+        print(f"failed: {job['kind']}: {(job['error'] or '')[:300]}")
     print("| task | calls | calls / 100 messages | prompt tokens | read / transcript token |")
     print("| --- | --- | --- | --- | --- |")
     for task, n in calls.most_common():

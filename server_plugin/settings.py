@@ -177,6 +177,7 @@ CONVERSATION = [
     _s("job_lease_seconds", float, 900.0, "A job the worker claimed and did not finish in this time goes back to the queue.", 1),
     _s("job_client_lease_seconds", float, 300.0, "The same for a job the extension claimed (client mode).", 1),
     _s("jobs_list_max", int, 500, "Most jobs GET /v1/jobs returns.", 1),
+    _s("part_call_max_jobs", int, 8, "Most jobs of one chat that read the same part of the transcript and share one model call, each a section of one answer (MJ1); 1 gives every job its own call.", 1),
 ]
 
 DRAFTS = [

@@ -215,7 +215,9 @@ def test_sw8_a_fabricated_quote_is_dropped_and_counted(with_model, api, services
 
 @pytest.fixture
 def one_attempt(overrides):
-    overrides["job_max_attempts"] = 1
+    # Each job its own call (MJ1's shared calls are tested in test_part_calls.py), so a scripted
+    # answer reaches one job.
+    overrides.update(job_max_attempts=1, part_call_max_jobs=1)
     return overrides
 
 
@@ -226,7 +228,8 @@ def test_sw4_malformed_model_output_fails_the_job_and_stores_nothing(one_attempt
     with_model.builders["character_memories"] = lambda lb: {"memories": [ayla_memory(lb)]}
     harbour(api)
     assert job_rows(services)[0]["kind"] == "session_summary"
-    worker.run_one(services)  # the session summary
+    while job_rows(services, kind="session_summary")[0]["state"] != "done":
+        worker.run_one(services)  # the session summary (and the local sheet drafts, run first)
     fake.garbage_next(2)
     worker.run_one(services)  # the character memories get garbage, twice
     [row] = job_rows(services, kind="character_memories")

@@ -42,12 +42,15 @@ class Outcome:
     completion_tokens: int = 0
     calls: int = 0
     model_ms: int = 0
+    shared_with: tuple[str, ...] = ()  # the jobs whose sections one call answered (batch.py)
 
     def summary(self) -> dict[str, Any]:
         """The `model` part of a job's result."""
         out: dict[str, Any] = {"answer": self.answer, "calls": self.calls, **self.report.to_dict()}
         if self.error:
             out["error"] = self.error
+        if self.shared_with:
+            out["shared_call"] = list(self.shared_with)
         return out
 
 

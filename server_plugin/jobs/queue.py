@@ -72,6 +72,7 @@ class Handler:
     build: BuildFn | None = None
     prepare: PrepareFn | None = None
     llm: bool = True
+    feeds: tuple[str, ...] = ()  # kinds whose prompts read what this kind writes (batch.py)
 
 
 class JobKinds:
@@ -82,12 +83,14 @@ class JobKinds:
         self._handlers: dict[str, Handler] = {}
 
     def register(self, kind: str, apply: ApplyFn, *, build: BuildFn | None = None,
-                 prepare: PrepareFn | None = None, llm: bool = True) -> Handler:
+                 prepare: PrepareFn | None = None, llm: bool = True,
+                 feeds: tuple[str, ...] = ()) -> Handler:
         """Make a job kind runnable (registering a kind again replaces its handler).
 
         `llm=False` marks work that needs no model (the worker runs it in every mode; `apply`
-        then gets `result=True`)."""
-        handler = Handler(kind, apply, build, prepare, llm)
+        then gets `result=True`). `feeds`: the kinds whose prompts read what this kind writes, so
+        a shared model call never takes one of those ahead of a pending job of this kind."""
+        handler = Handler(kind, apply, build, prepare, llm, tuple(feeds))
         self._handlers[kind] = handler
         return handler
 
@@ -258,14 +261,32 @@ def claim_next(svc: Services, conn: Connection, by: str, kinds: list[str],
     now = svc.clock.iso()
     marks = ",".join("?" * len(kinds))
     extra, args = ("AND chat_id=?", [chat_id]) if chat_id else ("", [])
+    # Local work first: it never waits for a model, and a model job's prompt may read what it
+    # writes (a sheet drafted at the session end), so a shared call finds it done.
+    local = [k for k in kinds if k not in model_kinds] or [""]
+    first = ",".join("?" * len(local))
     row = conn.execute(f"SELECT * FROM jobs WHERE state='pending' AND not_before <= ? AND kind IN"
-                       f" ({marks}) {extra} ORDER BY seq LIMIT 1", (now, *kinds, *args)).fetchone()
+                       f" ({marks}) {extra} ORDER BY kind IN ({first}) DESC, seq LIMIT 1",
+                       (now, *kinds, *args, *local)).fetchone()
     if row is None:
         return None
+    return claim_row(svc, conn, row, by)
+
+
+def claim_row(svc: Services, conn: Connection, row: Any, by: str) -> Job | None:
+    """Claim one job row that is still pending (now running, for `by`); None if it no longer is."""
+    now = svc.clock.iso()
     lease = svc.settings.job_client_lease_seconds if by == "client" else svc.settings.job_lease_seconds
-    conn.execute("UPDATE jobs SET state='running', attempts=attempts+1, claimed_by=?, lease_until=?,"
-                 " updated_at=?, claimed_at=? WHERE seq=?", (by, later(svc, float(lease)), now, now, row["seq"]))
-    return job_of(row_of(conn, row["id"]))
+    done = conn.execute("UPDATE jobs SET state='running', attempts=attempts+1, claimed_by=?, lease_until=?,"
+                        " updated_at=?, claimed_at=? WHERE seq=? AND state='pending'",
+                        (by, later(svc, float(lease)), now, now, row["seq"]))
+    return job_of(row_of(conn, row["id"])) if done.rowcount == 1 else None
+
+
+def pending_of_chat(svc: Services, conn: Connection, chat_id: str, limit: int) -> list[Any]:
+    """The due pending jobs of one chat, oldest first."""
+    return conn.execute("SELECT * FROM jobs WHERE state='pending' AND not_before <= ? AND chat_id=?"
+                        " ORDER BY seq LIMIT ?", (svc.clock.iso(), chat_id, limit)).fetchall()
 
 
 def still_mine(conn: Connection, job: Job) -> bool:

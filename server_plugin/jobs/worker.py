@@ -17,7 +17,7 @@ from ..errors import Conflict, NotFound, Unprocessable
 from ..services import Services
 from ..core.tokens import get_counter
 from ..store.db import sqlite3
-from . import calls, llm, queue
+from . import batch, calls, llm, queue
 from .tasks.answers import Report
 from .tasks.base import Prompt, PromptParseError
 from .tasks.registry import task_of
@@ -101,6 +101,10 @@ def _execute(svc: Services, job: queue.Job) -> None:
             if prompt is not None:
                 # No retries inside the call: a job tries the model at most twice (calls.py).
                 backend = llm.backend_from_settings(svc.settings, retries=0)
+                if backend is not None:
+                    members = batch.gather(svc, job, handler, prompt)
+                    if len(members) > 1:
+                        return _execute_shared(svc, members, backend)
                 outcome = calls.run_job_prompt(prompt, backend, json_mode=svc.settings.llm_json_mode,
                                                temperature=svc.settings.llm_temperature)
                 result = outcome.result
@@ -114,6 +118,26 @@ def _execute(svc: Services, job: queue.Job) -> None:
         if not isinstance(exc, (llm.LLMError, PromptParseError)):
             log.exception("job %s (%s) failed", job.id, job.kind)
         fail_attempt(svc, job, exc)
+
+
+def _execute_shared(svc: Services, members: list[batch.Member], backend: llm.Backend) -> None:
+    """Jobs that read the same part: one model call, then each job stores its own section."""
+    try:
+        outcome = calls.run_job_prompt(batch.combined(members), backend, json_mode=svc.settings.llm_json_mode,
+                                       temperature=svc.settings.llm_temperature)
+    except Exception as exc:  # the call never happened (or broke): every member tries again later
+        if not isinstance(exc, llm.LLMError):
+            log.exception("a shared call for jobs %s failed", [m.job.id for m in members])
+        for member in members:
+            fail_attempt(svc, member.job, exc)
+        return
+    _step_aside(svc)
+    for member, result, share in batch.split(members, outcome):
+        try:
+            _finish(svc, member.job, member.handler, result, share)
+        except Exception as exc:  # one job's store failing leaves the others stored
+            log.exception("job %s (%s) failed", member.job.id, member.job.kind)
+            fail_attempt(svc, member.job, exc)
 
 
 def _step_aside(svc: Services) -> None:

@@ -307,7 +307,8 @@ def _apply_updates(svc: Services, conn: Connection, job: queue.Job, result: Shee
 def register(jobs: JobKinds, hooks: Hooks) -> None:
     """The session-end sheet jobs. The minimal draft is queued first, so a model's update then
     fills that sheet in rather than the other way round."""
-    jobs.register(DRAFTS_KIND, _apply_drafts, llm=False)
+    # A drafted sheet is in the same session's sheet updates prompt: they never run before it.
+    jobs.register(DRAFTS_KIND, _apply_drafts, llm=False, feeds=(UPDATES_KIND,))
     jobs.register(UPDATES_KIND, _apply_updates, build=_build_updates)
     hooks.session_ended.connect(_queue_drafts)
     hooks.session_ended.connect(_queue_updates)

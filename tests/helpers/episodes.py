@@ -119,23 +119,48 @@ EMPTY = {"character_memories": {"memories": []}, "scene_summaries": {"scenes": [
          "sheet_updates": {"new": [], "updates": []}, "lore_growth": {"entries": []}}
 
 
+SHARED = "do several tasks with it"  # the marker of a shared call (jobs/tasks/parts.py)
+
+
 def task_of(body: dict[str, Any]) -> str:
     system = body["messages"][0]["content"]
+    if SHARED in system:
+        return "part_notes"
     return next(task for task, marker in TASKS.items() if marker in system)
 
 
+def sections_of(system: str) -> dict[str, str]:
+    """A shared call's sections: answer key -> the task whose rules that section gives."""
+    keys = re.search(r"keys are the section names \(([^)]*)\)", system)
+    names = re.findall(r'"([a-z_0-9]+)"', keys.group(1)) if keys else []
+    out = {}
+    for key in names:
+        rules = system.split(f'\n- "{key}": ', 1)[1].split('\n\n- "', 1)[0]
+        out[key] = next(task for task, marker in TASKS.items() if marker in rules)
+    return out
+
+
 class Answers:
-    """Per-task answer builders (functions of the prompt's Labels); an empty answer otherwise."""
+    """Per-task answer builders (functions of the prompt's Labels); an empty answer otherwise.
+    A shared call is answered section by section, each by its task's builder."""
 
     def __init__(self) -> None:
         self.builders: dict[str, Callable[[Labels], dict[str, Any]]] = {}
         self.seen: list[str] = []
+        self.calls = 0
 
-    def __call__(self, body: dict[str, Any]) -> str:
-        task = task_of(body)
+    def answer(self, task: str, labels: Labels) -> dict[str, Any]:
         self.seen.append(task)
         build = self.builders.get(task)
-        return json.dumps(build(Labels(body)) if build else EMPTY[task])
+        return build(labels) if build else EMPTY[task]
+
+    def __call__(self, body: dict[str, Any]) -> str:
+        self.calls += 1
+        labels = Labels(body)
+        if task_of(body) == "part_notes":
+            return json.dumps({key: self.answer(task, labels)
+                               for key, task in sections_of(labels.system).items()})
+        return json.dumps(self.answer(task_of(body), labels))
 
 
 def told_answer(teller: str, listeners: list[str], secret_words: str, message_words: str,

@@ -233,7 +233,8 @@ def dump(items: Iterable[Any]) -> list[dict[str, Any]]:
 
 def json_block(example: dict[str, Any]) -> str:
     """An example answer as a prompt shows it."""
-    return json.dumps(example, ensure_ascii=False, indent=1)
+    # One line: the example costs every call its tokens, and a model reads it as well unindented.
+    return json.dumps(example, ensure_ascii=False)
 
 
 def out_tokens(budget_tokens: int, max_quotes: int) -> int:

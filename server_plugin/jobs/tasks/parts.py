@@ -8,23 +8,31 @@ sheets…), rendered with the same messages and characters so the labels (m1…,
 part of the answer is read by that Task's own schema and parser (`Task.parse_data`), inside the
 same report. A section that cannot be used is dropped and noted; the others are kept.
 
-How a task joins a per-part call (e.g. a lore-growth task proposing lore entries at session end):
-1. write it as any other Task (render, schema, parse, fallback) and add it to `registry.TASKS`;
-2. add a `Section(key, THE_TASK)` to `SECTIONS` below (the key is its name in the answer);
-3. the story module that owns what it writes passes `{key: render_kwargs}` when it asks for the
-   part's prompt (`part_notes(messages, characters, {key: kwargs, …})`) and applies
-   `result.sections[key]` (the task's own result type) in its job's `apply`.
+Two ways in:
+- `part_notes(messages, characters, {key: render_kwargs, …})` renders each section's task itself;
+- `combine({key: prompt, …})` joins prompts already rendered by their own jobs (`jobs/batch.py`:
+  the worker's jobs of one chat that read the same part share one call). `joins(prompts, p)` says
+  whether a prompt can join others: the same messages, and where both show characters, the same
+  characters (so every label means the same thing in every section).
+A key is its section's name, or that name with a number (`memories_2`) when two jobs of one task
+share a call. The rules every task repeats (COMMON_RULES, QUOTE_RULE) are said once.
+
+How a task joins a per-part call: write it as any other Task (render, schema, parse, fallback),
+add it to `registry.TASKS`, and add a `Section(key, THE_TASK)` to `SECTIONS` below (the key is
+its name in the answer). Its job's own `build`, `prepare` and `apply` stay as they are.
 The fallback of a per-part call is each section's own fallback.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from . import answers, episodes, memories, summaries, told
+from . import answers, episodes, lore, memories, sheets, summaries, told
 from .base import (
+    COMMON_RULES,
+    QUOTE_RULE,
     CharacterRef,
     ChatMessage,
     Prompt,
@@ -33,6 +41,8 @@ from .base import (
     dump,
     make_prompt,
     need,
+    characters_from,
+    messages_from,
     render_characters,
     render_messages,
 )
@@ -57,6 +67,8 @@ class PartNotes:
 
     sections: dict[str, Any]
     fell_back: tuple[str, ...] = ()  # sections whose part of the answer could not be used
+    reports: dict[str, answers.Report] = field(default_factory=dict)  # each section's own notes
+    copied: frozenset[str] = frozenset()  # those notes as the whole answer's report holds them
 
 
 SECTIONS: dict[str, Section] = {s.key: s for s in (
@@ -65,7 +77,11 @@ SECTIONS: dict[str, Section] = {s.key: s for s in (
     Section("memories", episodes.CHARACTER_MEMORIES),
     Section("scenes", episodes.SCENE_SUMMARIES),
     Section("told", told.TOLD_EVENTS),
+    Section("session", summaries.SESSION_SUMMARY, with_characters=False),
+    Section("sheets", sheets.SHEET_UPDATES),
+    Section("lore", lore.LORE_GROWTH, with_characters=False),
 )}
+BY_TASK: dict[str, Section] = {s.task.name: s for s in SECTIONS.values()}
 
 _ANSWER_LINE = "Answer with one JSON object in exactly this format and nothing else:"
 _MARK = "\u0000messages\u0000"
@@ -92,6 +108,76 @@ def _extra(prompt: Prompt, messages: Sequence[ChatMessage], characters: Sequence
     return re.sub(r"(Messages( of the session)?|Summarise these messages):\s*$", "", text.strip()).strip()
 
 
+def _section(prompt: Prompt) -> Section:
+    if prompt.task not in BY_TASK:
+        raise ValueError(f"task {prompt.task!r} has no section: known are {', '.join(BY_TASK)}")
+    return BY_TASK[prompt.task]
+
+
+def _shows_characters(prompt: Prompt) -> bool:
+    return _section(prompt).with_characters and bool(prompt.inputs.get("characters"))
+
+
+def joins(prompts: Sequence[Prompt], prompt: Prompt) -> bool:
+    """Whether `prompt` can share one call with `prompts`: a task with a section, reading the same
+    messages, and showing the same characters as those that show any (labels agree)."""
+    if prompt.task not in BY_TASK or "messages" not in prompt.inputs:
+        return False
+    msgs = [m.inputs.get("messages") for m in prompts]
+    if any(m != prompt.inputs["messages"] for m in msgs):
+        return False
+    if render_messages(messages_from(prompt.inputs)) not in prompt.user:
+        return False  # a task that shows its messages another way cannot share them
+    if _shows_characters(prompt):
+        return all(p.inputs.get("characters") == prompt.inputs["characters"]
+                   for p in prompts if _shows_characters(p))
+    return True
+
+
+def _characters_of(prompts: Sequence[Prompt]) -> list[CharacterRef]:
+    shown = next((p for p in prompts if _shows_characters(p)), None)
+    if shown is None:
+        return []
+    return characters_from(shown.inputs)
+
+
+def _rules(prompt: Prompt, key: str) -> str:
+    """A section's own rules: its system text without the rules said once for all."""
+    rules = prompt.system.replace(f"- {COMMON_RULES}\n", "").replace(COMMON_RULES, "")
+    rules = rules.replace(QUOTE_RULE, "(See the quote rule above.)")
+    return rules.replace(_ANSWER_LINE, f"Its answer goes under \"{key}\", in this format:")
+
+
+def combine(prompts: dict[str, Prompt]) -> Prompt:
+    """One prompt for several tasks' prompts over the same messages (key -> prompt; see `joins`).
+    Raises ValueError when they cannot share a call."""
+    need(list(prompts), "combine needs at least one prompt")
+    first = next(iter(prompts.values()))
+    for key, prompt in prompts.items():
+        if not joins([first], prompt):
+            raise ValueError(f"section {key} ({prompt.task}) does not read the same part")
+    messages = messages_from(first.inputs)
+    characters = _characters_of(list(prompts.values()))
+    parts, extras = [], []
+    for key, prompt in prompts.items():
+        parts.append(f"- \"{key}\": {_rules(prompt, key)}")
+        extra = _extra(prompt, messages, characters if _shows_characters(prompt) else ())
+        if extra:
+            extras.append(f"For \"{key}\":\n{extra}")
+    system = ("You read one part of a roleplay chat once and do several tasks with it. Answer every "
+              "section below in ONE JSON object whose keys are the section names ("
+              + ", ".join(f'"{k}"' for k in prompts) + "), each holding that section's answer, "
+              f"and nothing else.\nFor every section: {COMMON_RULES}\nQuote rule: {QUOTE_RULE}\n\n"
+              + "\n\n".join(parts))
+    user = (render_characters(characters) + "\n\n" if characters else "") + \
+        ("\n\n".join(extras) + "\n\n" if extras else "") + "Messages:\n" + render_messages(messages)
+    schema = {"type": "object", "properties": {k: p.json_schema for k, p in prompts.items()},
+              "additionalProperties": True}
+    return make_prompt("part_notes", system, user, sum(p.max_tokens for p in prompts.values()),
+                       {"messages": dump(messages), "characters": dump(characters),
+                        "sections": {k: p.to_payload() for k, p in prompts.items()}}, schema)
+
+
 def part_notes(messages: Sequence[ChatMessage], characters: Sequence[CharacterRef],
                sections: dict[str, dict[str, Any]]) -> Prompt:
     """One prompt for a part of the transcript serving every section in `sections` (key -> the
@@ -101,46 +187,36 @@ def part_notes(messages: Sequence[ChatMessage], characters: Sequence[CharacterRe
     unknown = [k for k in sections if k not in SECTIONS]
     if unknown:
         raise ValueError(f"unknown sections {unknown}: known are {', '.join(SECTIONS)}")
-    rendered = {k: _render(SECTIONS[k], messages, characters, kw) for k, kw in sections.items()}
-    parts, extras = [], []
-    for key, prompt in rendered.items():
-        rules = prompt.system.replace(_ANSWER_LINE, f"Its answer goes under \"{key}\", in this format:")
-        parts.append(f"- \"{key}\": {rules}")
-        extra = _extra(prompt, messages, characters)
-        if extra:
-            extras.append(f"For \"{key}\":\n{extra}")
-    system = ("You read one part of a roleplay chat once and do several tasks with it. Answer every "
-              "section below in ONE JSON object whose keys are the section names ("
-              + ", ".join(f'"{k}"' for k in rendered) + "), each holding that section's answer, "
-              "and nothing else.\n\n" + "\n\n".join(parts))
-    user = (render_characters(characters) + "\n\n" if characters else "") + \
-        ("\n\n".join(extras) + "\n\n" if extras else "") + "Messages:\n" + render_messages(messages)
-    schema = {"type": "object", "properties": {k: p.json_schema for k, p in rendered.items()},
-              "additionalProperties": True}
-    return make_prompt("part_notes", system, user, sum(p.max_tokens for p in rendered.values()),
-                       {"messages": dump(messages), "characters": dump(characters),
-                        "sections": {k: p.to_payload() for k, p in rendered.items()}}, schema)
+    return combine({k: _render(SECTIONS[k], messages, characters, kw) for k, kw in sections.items()})
 
 
 def _parse(inputs: dict[str, Any], data: dict[str, Any], answer: str) -> PartNotes:
     report = answers.current()
-    results, fell_back = {}, []
+    results, fell_back, reports, copied = {}, [], {}, set()
     for key, payload in inputs["sections"].items():
         section_prompt = Prompt.from_payload(payload)
         task = _tasks()[section_prompt.task]
         part = data.get(key)
-        try:
-            if not isinstance(part, dict):
-                raise PromptParseError(task.name, f"the answer has no \"{key}\" section", answer)
-            results[key] = task.parse_data(section_prompt.inputs, part, answer)
-        except PromptParseError as e:
-            report.dropped.append(f"section {key} could not be used ({e.reason}): made from the text itself")
-            results[key] = task.fallback(section_prompt, None)
-            fell_back.append(key)
+        # Each section notes into its own report, so each job's result says what its part lost.
+        with answers.reporting(answers.Report()) as own:
+            try:
+                if not isinstance(part, dict):
+                    raise PromptParseError(task.name, f"the answer has no \"{key}\" section", answer)
+                results[key] = task.parse_data(section_prompt.inputs, part, answer)
+            except PromptParseError as e:
+                own.dropped.append(f"section {key} could not be used ({e.reason}): made from the text itself")
+                results[key] = task.fallback(section_prompt, None)
+                fell_back.append(key)
+        reports[key] = own
+        changed = [f"{key}: {note}" for note in own.changed]
+        dropped = own.dropped if key in fell_back else [f"{key}: {note}" for note in own.dropped]
+        report.changed.extend(changed)
+        report.dropped.extend(dropped)
+        copied.update(changed, dropped)
     if len(fell_back) == len(results):
         raise PromptParseError("part_notes", "no section of the answer could be used: "
                                + "; ".join(report.dropped[-3:]), answer)
-    return PartNotes(results, tuple(fell_back))
+    return PartNotes(results, tuple(fell_back), reports, frozenset(copied))
 
 
 def _fallback(prompt: Prompt, counter: TokenCounter | None) -> PartNotes:
