@@ -157,7 +157,7 @@ export function refusalMessages(error) {
                 fields[name] = typeof detail.message === 'string' && detail.message ? detail.message : message;
             }
         }
-        if (Object.keys(fields).length) return { fields, general: 'Not saved: nothing was changed.' };
+        if (Object.keys(fields).length) return { fields, general: 'Not saved: the sidecar refused a value (see under the field); nothing was changed.' };
         return { fields: {}, general: `Not saved: ${message}` };
     }
     return { fields: {}, general: `Not saved: ${message}` };

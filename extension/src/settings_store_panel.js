@@ -80,11 +80,15 @@ export function bindStoreSettings(root, io) {
     }
     let model = null;
     let busy = false;
+    for (const field of STORE_FIELDS) $(inputId(field.name)).disabled = true; // until read
 
     const say = (text, kind = '') => {
         status.className = `chronicler-test-result ${kind}`.trim();
         status.textContent = text;
     };
+    // Not `hidden`: SillyTavern's .menu_button sets its own display.
+    const showClear = (name, shown) => { $(`${inputId(name)}_clear`).style.display = shown ? '' : 'none'; };
+    for (const field of STORE_FIELDS.filter((f) => f.kind === 'secret')) showClear(field.name, false);
     const showErrors = (errors = {}) => {
         for (const field of STORE_FIELDS) $(`${inputId(field.name)}_error`).textContent = errors[field.name] ?? '';
     };
@@ -98,7 +102,7 @@ export function bindStoreSettings(root, io) {
             if (field.kind === 'secret') {
                 control.value = '';
                 $(`${inputId(field.name)}_status`).textContent = offered ? keyStatus(next.keySet[field.name]) : '';
-                $(`${inputId(field.name)}_clear`).hidden = !offered || !next.keySet[field.name];
+                showClear(field.name, offered && next.keySet[field.name]);
             } else {
                 control.value = offered ? next.shown[field.name] : '';
             }
@@ -170,7 +174,7 @@ export function bindStoreSettings(root, io) {
                 const next = formModel(await io.getClient().getStoreSettings());
                 model = { ...model, keySet: next.keySet };
                 $(`${inputId(field.name)}_status`).textContent = keyStatus(next.keySet[field.name]);
-                $(`${inputId(field.name)}_clear`).hidden = !next.keySet[field.name];
+                showClear(field.name, next.keySet[field.name]);
                 say('Key cleared', 'ok');
             } catch (error) {
                 failed(error);
