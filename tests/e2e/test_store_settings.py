@@ -1,11 +1,15 @@
-"""The drawer's "Memory settings" form in real SillyTavern against the real sidecar (rule DC6):
-the store's settings are read from GET /v1/settings, Save sends PATCH /v1/settings, a refused value
-is shown under its field and changes nothing. Every value changed here is put back."""
+"""The drawer's "Memory settings" form in real SillyTavern against the real sidecar (rule DC6),
+directly and through the server plugin: the store's settings are read from GET /v1/settings, Save
+sends PATCH /v1/settings, a refused value is shown under its field and changes nothing. Every value
+changed in the shared sidecar is put back (the plugin's sidecar is the test's own)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from tests.helpers.plugin_st import PluginST, keep, open_page
 from tests.helpers.sidecar import Sidecar
 from tests.helpers.sillytavern import STPage, configure_chronicler
 
@@ -116,3 +120,26 @@ def test_dc6_the_drawer_changes_the_stores_budget_and_model_url_and_refuses_a_ba
         sidecar.request("PATCH", "/v1/settings", {**restore, "llm_key": ""})
         configure_chronicler(st, llmMode="sidecar")
     assert _settings(sidecar)["settings"] == old
+
+
+def test_dc6_through_the_plugin_the_form_changes_this_sillytavern_users_store(
+        plugin_st: PluginST, browser: Any, request: pytest.FixtureRequest) -> None:
+    """rule DC6 through SillyTavern's server plugin (no sidecar URL or token in the page): the form
+    reads and changes the store of the SillyTavern user the page is logged in as."""
+    st = plugin_st
+    st.running()
+    old = st.direct("GET", "/v1/settings")["settings"]
+    gap = old["session_gap_hours"] + 1.5
+    context, page, seen = open_page(browser, st, request.node.name)
+    try:
+        page.open()
+        _open_form(page, str(old["context_required_percent"]))
+        assert page.page.locator("#chronicler_store_name").inner_text() == "Store: default-user"
+        page.page.locator(FIELD.format("session_gap_hours")).fill(str(gap))
+        assert _save_and_wait(page, "^Saved$") == "Saved"
+        assert st.direct("GET", "/v1/settings")["settings"]["session_gap_hours"] == gap
+        assert any(u.endswith("/api/plugins/chronicler/v1/settings") for u in seen), "not through the plugin"
+        page.shot("saved-through-the-plugin")
+    finally:
+        keep(page, seen)
+        context.close()
