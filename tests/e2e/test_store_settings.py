@@ -28,8 +28,9 @@ def _open_form(st: STPage, loaded_value: str) -> Any:
     section = st.page.locator("#chronicler_store_settings")
     section.locator(".inline-drawer-toggle").click()
     section.locator(".inline-drawer-content").wait_for(state="visible", timeout=10_000)
-    st.page.wait_for_function("v => document.querySelector('#chronicler_store_context_required_percent').value === v",
-                              arg=loaded_value, timeout=15_000)
+    st.page.wait_for_function(
+        "v => document.querySelector('#chronicler_store_context_required_percent').value === v",
+        arg=loaded_value, timeout=15_000)
     section.scroll_into_view_if_needed()
     return section
 
@@ -72,36 +73,39 @@ def test_dc6_the_drawer_changes_the_stores_budget_and_model_url_and_refuses_a_ba
         assert now["settings"]["context_required_percent"] == budget
         assert now["settings"]["llm_url"] == url
         # Only what changed was sent: everything else is as it was.
-        others = {k: v for k, v in now["settings"].items() if k not in ("context_required_percent", "llm_url")}
-        assert others == {k: v for k, v in old.items() if k not in ("context_required_percent", "llm_url")}
+        edited = ("context_required_percent", "llm_url")
+        assert {k: v for k, v in now["settings"].items() if k not in edited} == \
+            {k: v for k, v in old.items() if k not in edited}
         assert page.locator(FIELD.format("context_required_percent")).input_value() == str(budget)
         assert page.locator(FIELD.format("llm_url")).input_value() == url
         st.shot("saved")
 
         # The sidecar refuses: story cards + history over 100 (QS4), named by the field.
-        history = now["settings"]["context_history_percent"]
+        new = now["settings"]
+        history = new["context_history_percent"]
         cards = 101 - history
         page.locator(FIELD.format("context_cards_percent")).fill(str(cards))
-        page.locator(FIELD.format("live_window_max_tokens")).fill(str(now["settings"]["live_window_max_tokens"] + 1))
+        page.locator(FIELD.format("live_window_max_tokens")).fill(str(new["live_window_max_tokens"] + 1))
         status = _save_and_wait(st, "^Saved$")
         assert status.startswith("Not saved"), status
         error = page.locator(FIELD.format("context_cards_percent_error"))
         assert "at most 100" in error.inner_text(), error.inner_text()
-        assert _settings(sidecar)["settings"] == now["settings"], "a refused change changes nothing"
+        assert _settings(sidecar)["settings"] == new, "a refused change changes nothing"
         st.shot("refused-by-the-sidecar")
 
         # The form refuses before sending: not a whole number.
-        page.locator(FIELD.format("context_cards_percent")).fill(str(now["settings"]["context_cards_percent"]))
+        page.locator(FIELD.format("context_cards_percent")).fill(str(new["context_cards_percent"]))
         page.locator(FIELD.format("live_window_max_messages")).fill("2.5")
         status = _save_and_wait(st, "^Saved$")
         assert status.startswith("Not saved"), status
-        assert page.locator(FIELD.format("live_window_max_messages_error")).inner_text() == "A whole number is needed here."
+        message = page.locator(FIELD.format("live_window_max_messages_error")).inner_text()
+        assert message == "A whole number is needed here.", message
         assert page.locator(FIELD.format("context_cards_percent_error")).inner_text() == ""
-        assert _settings(sidecar)["settings"] == now["settings"], "nothing was sent"
+        assert _settings(sidecar)["settings"] == new, "nothing was sent"
 
         # A key: written, then shown only as set; "Clear key" takes it away.
-        page.locator(FIELD.format("live_window_max_messages")).fill(str(now["settings"]["live_window_max_messages"]))
-        page.locator(FIELD.format("live_window_max_tokens")).fill(str(now["settings"]["live_window_max_tokens"]))
+        page.locator(FIELD.format("live_window_max_messages")).fill(str(new["live_window_max_messages"]))
+        page.locator(FIELD.format("live_window_max_tokens")).fill(str(new["live_window_max_tokens"]))
         page.locator(FIELD.format("llm_key")).fill("sk-e2e-secret")
         assert _save_and_wait(st, "^Saved$") == "Saved"
         assert _settings(sidecar)["secrets"]["llm_key"] == {"set": True}
@@ -115,8 +119,9 @@ def test_dc6_the_drawer_changes_the_stores_budget_and_model_url_and_refuses_a_ba
         assert _settings(sidecar)["secrets"]["llm_key"] == {"set": False}
         st.shot("key-cleared")
     finally:
-        restore = {name: old[name] for name in ("context_required_percent", "llm_url", "context_cards_percent",
-                                                 "live_window_max_tokens", "live_window_max_messages")}
+        touched = ("context_required_percent", "llm_url", "context_cards_percent", "live_window_max_tokens",
+                   "live_window_max_messages")
+        restore = {name: old[name] for name in touched}
         sidecar.request("PATCH", "/v1/settings", {**restore, "llm_key": ""})
         configure_chronicler(st, llmMode="sidecar")
     assert _settings(sidecar)["settings"] == old
