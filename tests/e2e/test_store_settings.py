@@ -76,6 +76,7 @@ def test_dc6_the_drawer_changes_the_stores_budget_and_model_url_and_refuses_a_ba
         edited = ("context_required_percent", "llm_url")
         assert {k: v for k, v in now["settings"].items() if k not in edited} == \
             {k: v for k, v in old.items() if k not in edited}
+        assert now["changed"] == sorted({*before["changed"], *edited}), "a field not edited was sent"
         assert page.locator(FIELD.format("context_required_percent")).input_value() == str(budget)
         assert page.locator(FIELD.format("llm_url")).input_value() == url
         st.shot("saved")
