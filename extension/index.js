@@ -14,6 +14,7 @@ import { QueryPrefetch } from './src/prefetch.js';
 import { TightBudgetNotice, cachedCounter, standingText } from './src/reserve.js';
 import { INSTALL_CONFIG_FILE, SETTINGS_KEY, fetchInstallConfig, fromInstallConfig, readSettings, storeSettings } from './src/settings.js';
 import { addSettingsDrawer } from './src/settings_panel.js';
+import { bindStoreSettings } from './src/settings_store_panel.js';
 import { ChatSync, placeNow, savedMessages, speakerNow } from './src/sync/index.js';
 import { connectionFrom, describePath, pluginClient, versionWarning } from './src/route.js';
 import { registerTools } from './src/tools.js';
@@ -114,6 +115,11 @@ refreshDrawer = await attempt('add the settings drawer', () => addSettingsDrawer
     features: () => features.known,
     followJobMode: (choice) => followJobMode(client(), choice, settings(), writeSettings),
 }));
+// The store's own settings (model endpoint, budgets, windows, embedder), in the drawer.
+attempt('add the store settings form', () => {
+    const root = document.getElementById('chronicler_settings');
+    if (root) state.storeSettings = bindStoreSettings(root, { getClient: () => client() });
+});
 state.panel = await attempt('add the memory panel', () => installPanel({ getContext: ctx, getClient: () => client(), state }));
 
 // Say which way the memory goes, and warn once when the parts' versions disagree.
