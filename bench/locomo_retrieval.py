@@ -124,8 +124,9 @@ def session_time(date: str, fallback: datetime) -> datetime:
         return fallback + timedelta(days=1)
 
 
-def ingest(session: requests.Session, base: str, conv: Conversation) -> None:
-    """Post one conversation as one chat (message ids are LoCoMo's dia ids)."""
+def ingest(session: requests.Session, base: str, conv: Conversation, per_post: int = 200) -> None:
+    """Post one conversation as one chat (message ids are LoCoMo's dia ids), `per_post` messages
+    per request (2: a turn at a time, as in play)."""
     chat = f"locomo {conv.sample_id}"
     ids = {name: f"{conv.sample_id}-{slug(name)}" for name in conv.speakers}
     for name, cid in ids.items():
@@ -147,8 +148,8 @@ def ingest(session: requests.Session, base: str, conv: Conversation) -> None:
                           "name": t.speaker, "text": t.text, "speaker_id": ids[t.speaker], "index": index,
                           "sent_at": (when + timedelta(seconds=30 * i)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")})
             index += 1
-        for start in range(0, len(batch), 200):
-            session.post(f"{url}/messages", json={"messages": batch[start:start + 200]},
+        for start in range(0, len(batch), per_post):
+            session.post(f"{url}/messages", json={"messages": batch[start:start + per_post]},
                          timeout=300).raise_for_status()
         session.post(f"{url}/sessions/end", json={}).raise_for_status()
 

@@ -8,7 +8,7 @@ model calls, calls per 100 messages, prompt tokens (system + user, counted with 
 and **model tokens read per transcript token** (all prompt tokens of all jobs, instructions
 included, divided by the tokens of the transcript's messages).
 
-    HF_HUB_OFFLINE=1 OPENBLAS_NUM_THREADS=1 python bench/model_cost.py [--conversations 4]
+    HF_HUB_OFFLINE=1 OPENBLAS_NUM_THREADS=1 python bench/model_cost.py [--conversations 4] [--per-post 2]
 """
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(DEFAULT_DATA))
     parser.add_argument("--conversations", type=int, default=4)
+    parser.add_argument("--per-post", type=int, default=200,
+                        help="messages per request: 2 posts a turn at a time, as in play (default 200: whole sessions)")
     args = parser.parse_args()
     convs = load(Path(args.data))[: args.conversations]
     counter = get_counter()
@@ -78,7 +80,7 @@ def main() -> None:
             session.headers["Authorization"] = f"Bearer {TOKEN}"
             wait_ready(session, base, proc)
             for conv in convs:
-                ingest(session, base, conv)
+                ingest(session, base, conv, args.per_post)
             counts = drain(session, base)
             failed = session.get(f"{base}/jobs", params={"state": "failed", "limit": 5}).json()["jobs"]
         finally:
@@ -92,7 +94,7 @@ def main() -> None:
         task = task_of(body)
         calls[task] += 1
         read[task] += sum(counter.count(m["content"]) for m in body["messages"])
-    print(f"{len(convs)} conversations, {messages} messages, {transcript} transcript tokens; "
+    print(f"{len(convs)} conversations, {messages} messages ({args.per_post} per post), {transcript} transcript tokens; "
           f"jobs {counts}; {time.monotonic() - t0:.0f} s\n")
     for job in failed:  # a failed job is a defect to look at, not a cost saved
         print(f"failed: {job['kind']}: {(job['error'] or '')[:300]}")

@@ -166,7 +166,7 @@ CONVERSATION = [
     _s("note_max_chars", int, 1000, "Longest campaign note (SW3).", 1),
     _s("notes_in_prompt", int, 20, "Open notes shown to the session-summary job (SW3).", 0),
     _s("session_max_threads", int, 5, "Open threads a session summary may propose as notes (SW3).", 0),
-    _s("deep_memory_min_new_messages", int, 16, "Deep memory runs only once this many summarised messages are unread (RV13).", 1),
+    _s("deep_memory_min_new_messages", int, 8, "Deep memory runs only once this many summarised messages are unread (RV13); as many as a chunk, so a run and its chunk's summary share a call (MJ1).", 1),
     _s("deep_memory_max_messages", int, 32, "Messages one deep-memory run reads (RV13).", 1),
     _s("deep_memory_existing_max", int, 50, "Saved memories shown to a deep-memory run so it does not file them again (RV13).", 0),
     _s("worker_enabled", bool, True, "Run background jobs in a worker thread of the sidecar."),

@@ -3,6 +3,8 @@ its durable facts (RV18: names, birthdays, allergies, promises — not moods or 
 
 Bounded: only once `deep_memory_min_new_messages` summarised messages have not been read yet; one
 run reads at most `deep_memory_max_messages` of them and files at most `deep_memory_max_items`.
+By default a run waits for as many messages as a chunk holds, so in play (a turn compacts one
+chunk) it reads exactly what that chunk's summary reads, in the same model call (MJ1).
 It only ever creates unpinned memories (actor `background`), never touches pinned ones (RV11),
 skips facts already saved (same words), respects learn-from-chat (RV14) and memory switched off
 (RV16), and works without tool support (RV15: it is our job, not the model's reply). Each memory
