@@ -152,7 +152,8 @@ def serve(args: argparse.Namespace) -> int:
     server = waitress.create_server(app, host=settings.host, port=settings.port,
                                     threads=settings.threads, ident="chronicler",
                                     max_request_body_size=max(settings.max_import_bytes,
-                                                              settings.max_messages_body_bytes))
+                                                              settings.max_messages_body_bytes,
+                                                              settings.max_store_import_bytes))
     port = int(server.effective_port)  # type: ignore[attr-defined]  (waitress gives a str)
     app.extensions["chronicler_guard"].ports = {port}
     _, token_path = ensure_token(settings)
