@@ -60,6 +60,7 @@ class Table:
     required: frozenset[str] = frozenset()      # NOT NULL columns
     key: tuple[str, ...] = ()                   # primary key (duplicates refused)
     references: tuple[tuple[tuple[str, ...], str, tuple[str, ...]], ...] = ()  # declared FKs
+    vectors: bool = False  # holds vectors: a vec0 table, or one with a BLOB column (left out by vectors=False)
 
 
 def _affinity(declared: str) -> str:
@@ -95,7 +96,7 @@ def _describe(conn: Connection, name: str, virtual: bool, sql: str = "") -> Tabl
                                "give portable.py a rebuild rule for it")
         # Hidden columns (fts5's rank, vec0's distance and k) are not data; the rowid is.
         columns = ("rowid",) + tuple(r[1] for r in info if not r[6] and r[1] != "rowid")
-        return Table(name, columns, True, ("rowid",))
+        return Table(name, columns, True, ("rowid",), vectors="vec0" in sql.lower())
     columns = tuple(r[1] for r in info if not r[6])
     key = tuple(r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5]))
     fks: dict[int, list[Any]] = {}
@@ -105,7 +106,8 @@ def _describe(conn: Connection, name: str, virtual: bool, sql: str = "") -> Tabl
                  for rows in fks.values())
     return Table(name, columns, False, key or ("rowid",),
                  {r[1]: _affinity(r[2]) for r in info},
-                 frozenset(r[1] for r in info if r[3] and not r[5]), key, refs)
+                 frozenset(r[1] for r in info if r[3] and not r[5]), key, refs,
+                 any("BLOB" in (r[2] or "").upper() for r in info))
 
 
 def tables(conn: Connection) -> list[Table]:
@@ -144,28 +146,34 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def export_store(db: Database) -> dict[str, Any]:
-    """The whole store as one document, read in one snapshot (see the module doc)."""
+def export_store(db: Database, vectors: bool = True) -> dict[str, Any]:
+    """The whole store as one document, read in one snapshot (see the module doc); `vectors`
+    False: the tables that hold vectors with no rows, and the document says `"vectors": false`."""
     with db.read() as conn:
         numbers = [r[0] for r in conn.execute("SELECT number FROM schema_migrations ORDER BY number")]
         out: dict[str, Any] = {}
         for table in tables(conn):
-            columns = ", ".join(_quote(c) for c in table.columns)
-            order = ", ".join(_quote(c) if c != "rowid" else "rowid" for c in table.order)
-            rows = conn.execute(f"SELECT {columns} FROM {_quote(table.name)} ORDER BY {order}")
-            out[table.name] = {"columns": list(table.columns),
-                               "rows": [[_cell(v) for v in row] for row in rows]}
-    return {"format": FORMAT, "format_version": FORMAT_VERSION, "migrations": numbers, "tables": out}
+            out[table.name] = {"columns": list(table.columns), "rows": [] if table.vectors and not vectors
+                               else [[_cell(v) for v in row] for row in _rows(conn, table)]}
+    document = {"format": FORMAT, "format_version": FORMAT_VERSION, "migrations": numbers, "tables": out}
+    return document if vectors else {**document, "vectors": False}
+
+
+def _rows(conn: Connection, table: Table) -> Any:
+    """A cursor over the table's rows, in the export's order."""
+    columns = ", ".join(_quote(c) for c in table.columns)
+    order = ", ".join(_quote(c) if c != "rowid" else "rowid" for c in table.order)
+    return conn.execute(f"SELECT {columns} FROM {_quote(table.name)} ORDER BY {order}")
 
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def export_chunks(db: Database, rows_per_chunk: int = 500) -> Iterator[bytes]:
-    """The bytes of `canonical(export_store(db))`, made table by table and a few hundred rows at a
-    time from one snapshot: what is held in memory does not grow with the store (a campaign's
-    export is hundreds of MB)."""
+def export_chunks(db: Database, rows_per_chunk: int = 500, vectors: bool = True) -> Iterator[bytes]:
+    """The bytes of `canonical(export_store(db, vectors))`, made table by table and a few hundred
+    rows at a time from one snapshot: what is held in memory does not grow with the store (a
+    campaign's export is hundreds of MB)."""
     with db.read() as conn:
         numbers = [r[0] for r in conn.execute("SELECT number FROM schema_migrations ORDER BY number")]
         # sort_keys order: format < format_version < migrations < tables; columns < rows.
@@ -174,16 +182,14 @@ def export_chunks(db: Database, rows_per_chunk: int = 500) -> Iterator[bytes]:
         for n, table in enumerate(tables(conn)):
             yield (("," if n else "") + f'{_json(table.name)}:{{"columns":{_json(list(table.columns))},'
                    '"rows":[').encode("utf-8")
-            columns = ", ".join(_quote(c) for c in table.columns)
-            order = ", ".join(_quote(c) if c != "rowid" else "rowid" for c in table.order)
-            cursor = conn.execute(f"SELECT {columns} FROM {_quote(table.name)} ORDER BY {order}")
             first = True
-            while batch := cursor.fetchmany(rows_per_chunk):
+            cursor = _rows(conn, table) if vectors or not table.vectors else None
+            while cursor is not None and (batch := cursor.fetchmany(rows_per_chunk)):
                 part = ",".join(_json([_cell(v) for v in row]) for row in batch)
                 yield (("" if first else ",") + part).encode("utf-8")
                 first = False
             yield b"]}"
-        yield b"}}"
+        yield b"}}" if vectors else b'},"vectors":false}'
 
 
 def canonical(document: dict[str, Any]) -> bytes:
@@ -227,15 +233,14 @@ def upgrade(document: dict[str, Any], finish: Callable[[Database], Any] | None =
         db = _scratch(folder)
         try:
             migrations.migrate(db, only=set(document["migrations"]))
-            import_store(db, document)  # checked against the schema of its own version
+            # Checked against the schema of its own version; without vectors, none are made here.
+            import_store(db, document, placeholders=lambda conn: 0)
             migrations.migrate(db)
             if finish is not None:
                 finish(db)
-            return export_store(db)
+            return export_store(db, vectors=document.get("vectors", True))
         finally:
             db.close()
-
-
 
 
 # --- importing ---------------------------------------------------------------------------------
@@ -253,13 +258,17 @@ def data_counts(conn: Connection, known: list[Table], seeded: frozenset[str]) ->
 
 def import_store(db: Database, document: Any, mode: str = "empty", confirm_replace: bool = False,
                  check: Callable[[Connection], Any] | None = None,
-                 finish: Callable[[Database], Any] | None = None) -> dict[str, Any]:
+                 finish: Callable[[Database], Any] | None = None,
+                 placeholders: Callable[[Connection], int] | None = None) -> dict[str, Any]:
     """Check the whole document (an older one upgraded first), then write it in one transaction
     (see the module doc).
 
     `check(conn)` runs inside that transaction once every row is written; it raises to refuse
     the document (the concepts' `hooks.store_importing`: the search index must be whole).
     `finish(db)` is what the application does after migrating a store (see `upgrade`).
+    `placeholders(conn)`, for a document without vectors (`"vectors": false`), runs in the same
+    transaction before `check`: it gives the index's rows placeholder vectors, to be embedded in
+    the background (retrieval/reembed.without_vectors), and returns how many rows wait for one.
 
     Raises Unprocessable (422) for a document that is not valid here, Conflict (409) for
     migrations that differ, a non-empty store in mode 'empty', or 'replace' without confirmation.
@@ -271,6 +280,11 @@ def import_store(db: Database, document: Any, mode: str = "empty", confirm_repla
                        "confirm_replace: true to do it. Nothing was imported.")
     applied = migrations.applied(db)
     check_header(document, applied)
+    vectors = document.get("vectors", True)
+    if not vectors and placeholders is None:  # a caller's mistake, not the document's
+        raise Unprocessable("invalid_import", "This document has no vectors (\"vectors\": false), and "
+                            "this import cannot make them; import it through the sidecar or the "
+                            "chronicler command. Nothing was imported.")
     upgraded_from = None
     if document["migrations"] != applied:
         upgraded_from = list(document["migrations"])
@@ -278,7 +292,7 @@ def import_store(db: Database, document: Any, mode: str = "empty", confirm_repla
     seeded = seeded_tables(tuple(applied))
     with db.read() as conn:
         known = tables(conn)
-    rows = check_document(document, known)
+    rows = check_document(document, known, vectors)
     with db.write() as conn:
         present = data_counts(conn, known, seeded)
         if present and mode == "empty":
@@ -287,17 +301,21 @@ def import_store(db: Database, document: Any, mode: str = "empty", confirm_repla
                            "an empty store, or send mode 'replace' with confirm_replace: true to "
                            "replace everything; merging two stores is not supported. Nothing was "
                            "imported.", [{"table": k, "rows": v} for k, v in sorted(present.items())])
-        _write(conn, known, rows, seeded, check)
+        pending = _write(conn, known, rows, seeded, check, None if vectors else placeholders)
     counts = {t.name: len(rows[t.name]) for t in known if t.name not in seeded}
-    out = {"mode": mode, "imported": counts, "replaced": present}
+    out: dict[str, Any] = {"mode": mode, "imported": counts, "replaced": present}
+    if not vectors:
+        out["vectors_pending"] = pending
     if upgraded_from is not None:
         out["upgraded_from"] = upgraded_from
     return out
 
 
 def _write(conn: Connection, known: list[Table], rows: dict[str, list[list[Any]]],
-           seeded: frozenset[str], check: Callable[[Connection], Any] | None) -> None:
-    """Inside the write transaction: clear, pause triggers, insert, check, restore triggers."""
+           seeded: frozenset[str], check: Callable[[Connection], Any] | None,
+           placeholders: Callable[[Connection], int] | None = None) -> int:
+    """Inside the write transaction: clear, pause triggers, insert (placeholder vectors where the
+    document has none), check, restore triggers. Returns how many rows got a placeholder."""
     conn.execute("PRAGMA defer_foreign_keys=ON")  # checked once, at the end
     triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type='trigger'").fetchall()
     for name, _ in triggers:  # DDL is transactional: a rollback brings them back
@@ -322,6 +340,7 @@ def _write(conn: Connection, known: list[Table], rows: dict[str, list[list[Any]]
                 raise Unprocessable("invalid_import", f"/tables/{table.name}/rows/{n}: the store refused "
                                     f"it: {exc}. Nothing was imported.",
                                     [{"path": f"/tables/{table.name}/rows/{n}", "message": str(exc)}]) from exc
+    pending = placeholders(conn) if placeholders is not None else 0
     broken = conn.execute("PRAGMA foreign_key_check").fetchall()
     if broken:
         raise Unprocessable("invalid_import", f"Rows point at rows that do not exist (first: table "
@@ -331,6 +350,7 @@ def _write(conn: Connection, known: list[Table], rows: dict[str, list[list[Any]]
         check(conn)
     for _, sql in triggers:
         conn.execute(sql)
+    return pending
 
 
 def _fit_vectors(conn: Connection, name: str, first: list[Any]) -> None:
@@ -346,11 +366,12 @@ def _fit_vectors(conn: Connection, name: str, first: list[Any]) -> None:
 
 # --- after an import, in a running sidecar -----------------------------------------------------
 def import_into(svc: Any, document: Any, mode: str = "empty", confirm_replace: bool = False,
-                finish: Callable[[Database], Any] | None = None) -> dict[str, Any]:
+                finish: Callable[[Database], Any] | None = None,
+                placeholders: Callable[[Connection], int] | None = None) -> dict[str, Any]:
     """`import_store` for a running sidecar (its concepts check the rows: `hooks.store_importing`),
     then drop its caches and wake the job worker (the document's pending jobs resume)."""
     result = import_store(svc.db, document, mode, confirm_replace, check=svc.hooks.store_importing.send,
-                          finish=finish)
+                          finish=finish, placeholders=placeholders)
     svc.clear_caches()
     svc.jobs_wake.set()
     return result

@@ -72,6 +72,9 @@ def check_header(document: Any, applied: list[int]) -> None:
         raise Unprocessable("unsupported_format_version", f"This export has format version {version!r};"
                             f" this Chronicler reads version {FORMAT_VERSION}. Nothing was imported.",
                             [{"format_version": version, "supported": [FORMAT_VERSION]}])
+    if not isinstance(document.get("vectors", True), bool):
+        raise Unprocessable("invalid_import", "'vectors' must be true or false (false: a document "
+                            "without vectors, made again in the background). Nothing was imported.")
     numbers = document.get("migrations")
     if not isinstance(numbers, list) or not all(isinstance(n, int) and not isinstance(n, bool)
                                                 for n in numbers):
@@ -95,10 +98,12 @@ def check_header(document: Any, applied: list[int]) -> None:
 
 
 
-def check_document(document: dict[str, Any], known: list[Table]) -> dict[str, list[list[Any]]]:
+def check_document(document: dict[str, Any], known: list[Table],
+                   vectors: bool = True) -> dict[str, list[list[Any]]]:
     """Every table and column known, every value of its column's type, required values present,
-    no duplicate keys, declared references satisfied within the document. Returns the rows by
-    table (values decoded)."""
+    no duplicate keys, declared references satisfied within the document; `vectors` False (the
+    document says `"vectors": false`): no rows in the tables that hold vectors. Returns the rows
+    by table (values decoded)."""
     problems = Problems()
     by_name = {t.name: t for t in known}
     given = document.get("tables")
@@ -112,6 +117,9 @@ def check_document(document: dict[str, Any], known: list[Table]) -> dict[str, li
     decoded: dict[str, list[list[Any]]] = {}
     for name in sorted(set(given) & set(by_name)):
         decoded[name] = _check_table(by_name[name], given[name], problems)
+        if not vectors and by_name[name].vectors and decoded[name]:
+            problems.add(f"/tables/{name}/rows", f"holds {len(decoded[name])} rows of vectors, but the "
+                         "document says \"vectors\": false")
     problems.raise_if_any()
     _check_references(known, decoded, problems)
     problems.raise_if_any()
