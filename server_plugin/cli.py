@@ -262,8 +262,8 @@ def export_cmd(args: argparse.Namespace) -> int:
         size = portable.write_file(portable.export_chunks(db, vectors=not args.no_vectors),
                                    Path(args.out).expanduser().resolve())
         with db.read() as conn:  # the data folder is locked: the rows just written
-            known = portable.tables(conn)
-            counts = portable.data_counts(conn, known, frozenset())
+            known = [t for t in portable.tables(conn) if not (args.no_vectors and t.vectors)]
+            counts = portable.data_counts(conn, known, frozenset())  # the rows the document holds
         numbers = migrations.applied(db)
     finally:
         db.close()
