@@ -9,6 +9,7 @@ spooled file with its nesting measured on the way.
 from __future__ import annotations
 
 import copy
+import gzip
 import io
 import json
 import random
@@ -220,6 +221,29 @@ def test_op8_a_store_reopened_mid_rebuild_goes_on_where_it_was(source, tmp_path,
             assert search(api, query) == answer, query
     finally:
         svc.db.close()
+
+
+def test_op8_an_older_document_without_vectors_is_upgraded_and_rebuilt(api, services, monkeypatch):
+    """A document of an older version, its vectors left out, is upgraded by the migrations (its
+    "vectors": false kept through the scratch store) and then rebuilt like any other."""
+    monkeypatch.setattr(reembed, "_loop", lambda ref: None)
+    fixtures = Path(__file__).parent / "fixtures" / "upgrade" / "m1-2-3-4-5-6-7-8-9-10"
+    old = json.loads(gzip.decompress((fixtures / "export.json.gz").read_bytes()))
+    manifest = json.loads((fixtures / "manifest.json").read_text())
+    for name in ("docs_vec", "docs_passages"):
+        old["tables"][name]["rows"] = []
+    old["vectors"] = False
+    result = expect_ok(api.post("/v1/import", json={"document": old}), 200, "import.response")
+    assert result["upgraded_from"] == manifest["migrations"]
+    assert result["vectors_pending"] == len(old["tables"]["docs"]["rows"]) > 0
+    assert health(api)["reembed"]["from"] == embedders.placeholder_key(384)
+    assert reembed.run(services) is True
+    conn = services.db.reader()
+    assert index.model(conn) == (MINILM, 384) and all(np.any(v) for v in index.item_vectors(conn, None).values())
+    assert index.orphans(conn) == dict.fromkeys(index.orphans(conn), 0)
+    message_id, text = manifest["messages"][0]
+    found = expect_ok(api.post("/v1/search", json={"query": text, "k": 3}), 200, "search.response")["results"]
+    assert message_id in [r["id"] for r in found]
 
 
 # --- refusals ----------------------------------------------------------------------------------
