@@ -143,6 +143,7 @@ def test_op8_a_store_imported_without_vectors_is_searched_meanwhile_and_rebuilt_
         assert result["vectors_pending"] == total and result["imported"]["docs_vec"] == 0
         placeholder = embedders.placeholder_key(384)
         state = health(api)
+        assert "export_without_vectors" in state["capabilities"]
         assert state["reembed"] == {"model": MINILM, "from": placeholder, "done": 0, "total": 0, "error": None}
         assert state["embedder"]["key"] == placeholder and state["embedder"]["ready"]
         conn = svc.db.reader()
