@@ -19,7 +19,13 @@ At each step, against a real sidecar process (waitress) on the store:
   process) between the calls;
 - resident memory of the sidecar and every process under it (sum of RSS from /proc);
 - the store's size on disk (the data folder), `chronicler backup` time, `chronicler export` time
-  and size, and `chronicler import` of that file into an empty folder.
+  and size, and `chronicler import` of that file into an empty folder;
+- the same without vectors (`chronicler export --no-vectors`, its size, its import), and the
+  rebuild after it: a sidecar started on the imported folder, from ready to health's `reembed`
+  null (every row embedded again in the background).
+
+`--exports-only` measures only the catch-up, disk, backup and the exports and imports (no timed
+calls): what docs/scaling.md's export sizes come from at small steps.
 
     nice python bench/campaign_scale.py --keep /work/bench_cache/campaign [--steps 10000,30000,100000]
 
@@ -295,8 +301,54 @@ def catch_up(data_dir: Path, limit: float) -> dict:
         car.stop()
 
 
-def measure(data_dir: Path, step: int, questions: list[str], n: int, model, limit: float) -> dict:
+def rebuild(data_dir: Path, limit: float = 6 * 3600) -> dict:
+    """A sidecar on a store imported without vectors: ready, then every row embedded again."""
+    car = Sidecar(data_dir, worker=False)
+    try:
+        out = {"bare_ready_s": round(car.wait_ready(), 1)}
+        began = time.perf_counter()
+        while time.perf_counter() - began < limit:
+            try:
+                moving = car.session.get(f"{car.base}/health", timeout=10).json()["reembed"]
+            except (requests.RequestException, ValueError, KeyError):  # busy machine: ask again
+                moving = {}
+            if moving is None:
+                out["rebuild_s"] = round(time.perf_counter() - began, 1)
+                return out
+            time.sleep(1)
+        out["rebuild_s"] = None
+        return out
+    finally:
+        car.stop()
+
+
+def exports(data_dir: Path) -> dict:
+    """Disk, backup, and the export and import with and without vectors (then the rebuild)."""
+    out: dict = {"disk_mb": round(du_mb(data_dir), 1)}
+    with tempfile.TemporaryDirectory(dir=data_dir.parent) as tmp:
+        took, said = cli("backup", "--data-dir", str(data_dir), "--out", f"{tmp}/backup.sqlite3")
+        out["backup_s"], out["backup"] = round(took, 1), said[:120]
+        for tag, extra in (("", ()), ("_bare", ("--no-vectors",))):
+            file = f"{tmp}/export{tag}.json"
+            took, said = cli("export", "--data-dir", str(data_dir), "--out", file, *extra)
+            out[f"export{tag}_s"] = round(took, 1)
+            out[f"export{tag}_mb"] = round(os.path.getsize(file) / 2 ** 20, 1) if os.path.exists(file) else None
+            out[f"export{tag}"] = said[:120]
+            if out[f"export{tag}_mb"] is not None:
+                took, said = cli("import", file, "--data-dir", f"{tmp}/imported{tag}")
+                out[f"import{tag}_s"], out[f"import{tag}"] = round(took, 1), said[:160]
+            if os.path.exists(file):
+                os.remove(file)
+        if out.get("import_bare_s") is not None and not out["import_bare"].startswith("FAILED"):
+            out.update(rebuild(Path(f"{tmp}/imported_bare")))
+    return out
+
+
+def measure(data_dir: Path, step: int, questions: list[str], n: int, model, limit: float,
+            exports_only: bool = False) -> dict:
     out: dict = {"messages": step, **catch_up(data_dir, limit)}
+    if exports_only:
+        return {**out, **exports(data_dir)}
     # The restart: what a user waits for. Jobs left (a catch-up cut short) stay queued: the
     # calls below measure the store, not a backlog (bench/context_backlog.py does that).
     car = Sidecar(data_dir, worker="jobs_left" not in out)
@@ -318,19 +370,7 @@ def measure(data_dir: Path, step: int, questions: list[str], n: int, model, limi
         out["items"] = car.session.get(f"{car.base}/health", timeout=5).json()["search"]["rows"]
     finally:
         car.stop()
-    out["disk_mb"] = round(du_mb(data_dir), 1)
-    with tempfile.TemporaryDirectory(dir=data_dir.parent) as tmp:
-        took, said = cli("backup", "--data-dir", str(data_dir), "--out", f"{tmp}/backup.sqlite3")
-        out["backup_s"], out["backup"] = round(took, 1), said[:120]
-        took, said = cli("export", "--data-dir", str(data_dir), "--out", f"{tmp}/export.json")
-        out["export_s"] = round(took, 1)
-        out["export_mb"] = round(os.path.getsize(f"{tmp}/export.json") / 2 ** 20, 1) \
-            if os.path.exists(f"{tmp}/export.json") else None
-        out["export"] = said[:120]
-        if out["export_mb"] is not None:
-            took, said = cli("import", f"{tmp}/export.json", "--data-dir", f"{tmp}/imported")
-            out["import_s"], out["import"] = round(took, 1), said[:160]
-    return out
+    return {**out, **exports(data_dir)}
 
 
 def main() -> None:
@@ -339,13 +379,15 @@ def main() -> None:
     parser.add_argument("--steps", default="10000,30000,100000")
     parser.add_argument("--requests", type=int, default=100, help="timed calls per route and step")
     parser.add_argument("--fill-only", action="store_true", help="grow the store, measure nothing")
+    parser.add_argument("--exports-only", action="store_true",
+                        help="measure only disk, backup, exports and imports (with and without vectors)")
     parser.add_argument("--catch-up-limit", type=float, default=6 * 3600,
                         help="seconds the fill's jobs may run before measuring (the rest wait)")
     args = parser.parse_args()
     data_dir = Path(args.keep)
     data_dir.mkdir(parents=True, exist_ok=True)
     turns, questions = locomo()
-    model = None if args.fill_only else floor_model()
+    model = None if args.fill_only or args.exports_only else floor_model()
     for step in [int(s) for s in args.steps.split(",")]:
         print(f"step {step} messages: filling", flush=True)
         began = time.perf_counter()
@@ -353,7 +395,8 @@ def main() -> None:
         result["fill_s"] = round(time.perf_counter() - began, 1)
         if not args.fill_only:
             print(f"step {step}: measuring", flush=True)
-            result.update(measure(data_dir, step, questions, args.requests, model, args.catch_up_limit))
+            result.update(measure(data_dir, step, questions, args.requests, model, args.catch_up_limit,
+                                  args.exports_only))
         result["load_avg"] = round(os.getloadavg()[0], 1)
         result["at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         print(json.dumps(result), flush=True)

@@ -158,7 +158,7 @@ def create_app(settings: Settings, *, services: Services | None = None, per_user
     # there). Without merging, such a path matches no route: 404 in the envelope.
     app.url_map.merge_slashes = False
     app.config["MAX_CONTENT_LENGTH"] = max(settings.max_body_bytes, settings.max_import_bytes,
-                                            settings.max_messages_body_bytes)
+                                            settings.max_messages_body_bytes, settings.max_store_import_bytes)
     app.json.sort_keys = False
     workers: dict[int, Any] = {}
     stores = Stores(settings, *_store_opener(settings, services, workers), per_user=per_user)

@@ -152,7 +152,8 @@ def serve(args: argparse.Namespace) -> int:
     server = waitress.create_server(app, host=settings.host, port=settings.port,
                                     threads=settings.threads, ident="chronicler",
                                     max_request_body_size=max(settings.max_import_bytes,
-                                                              settings.max_messages_body_bytes))
+                                                              settings.max_messages_body_bytes,
+                                                              settings.max_store_import_bytes))
     port = int(server.effective_port)  # type: ignore[attr-defined]  (waitress gives a str)
     app.extensions["chronicler_guard"].ports = {port}
     _, token_path = ensure_token(settings)
@@ -258,16 +259,17 @@ def export_cmd(args: argparse.Namespace) -> int:
         print(f"chronicler: {exc}", file=sys.stderr)
         return 3 if isinstance(exc, AlreadyRunning) else 1
     try:
-        size = portable.write_file(portable.export_chunks(db), Path(args.out).expanduser().resolve())
+        size = portable.write_file(portable.export_chunks(db, vectors=not args.no_vectors),
+                                   Path(args.out).expanduser().resolve())
         with db.read() as conn:  # the data folder is locked: the rows just written
-            known = portable.tables(conn)
-            counts = portable.data_counts(conn, known, frozenset())
+            known = [t for t in portable.tables(conn) if not (args.no_vectors and t.vectors)]
+            counts = portable.data_counts(conn, known, frozenset())  # the rows the document holds
         numbers = migrations.applied(db)
     finally:
         db.close()
         lock.close()
     print(f"Exported to {args.out} ({size} bytes, format {portable.FORMAT} v{portable.FORMAT_VERSION},"
-          f" migrations {numbers}): "
+          f" migrations {numbers}{', without vectors' if args.no_vectors else ''}): "
           + ", ".join(f"{n} {name}" for name, n in sorted(counts.items())))
     return 0
 
@@ -288,7 +290,7 @@ def import_cmd(args: argparse.Namespace) -> int:
     import json
 
     from .errors import ChroniclerError
-    from .retrieval import docs
+    from .retrieval import docs, reembed
     from .store import portable
 
     if args.replace and not args.yes:
@@ -308,7 +310,8 @@ def import_cmd(args: argparse.Namespace) -> int:
     try:
         result = portable.import_store(db, document, "replace" if args.replace else "empty",
                                        confirm_replace=bool(args.replace and args.yes),
-                                       check=import_checks(), finish=docs.analyse_pending)
+                                       check=import_checks(), finish=docs.analyse_pending,
+                                       placeholders=reembed.without_vectors)
     except ChroniclerError as exc:
         print(f"chronicler: {exc.message}", file=sys.stderr)
         for detail in exc.details[:10]:
@@ -319,6 +322,9 @@ def import_cmd(args: argparse.Namespace) -> int:
         lock.close()
     print("Imported: " + ", ".join(f"{n} {name}" for name, n in sorted(result["imported"].items()) if n)
           + (f" (replaced: {result['replaced']})" if result["replaced"] else ""))
+    if "vectors_pending" in result:
+        print(f"The document had no vectors: {result['vectors_pending']} rows are embedded in the background "
+              "when the sidecar starts (progress: GET /v1/health, reembed); search answers meanwhile.")
     return 0
 
 
@@ -428,6 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_export = sub.add_parser("export", help="write the whole store as one JSON document (sidecar stopped)")
     p_export.add_argument("--data-dir", help="data folder (default: the user data folder)")
     p_export.add_argument("--out", required=True, help="file to write (mode 0600)")
+    p_export.add_argument("--no-vectors", action="store_true",
+                          help="leave the vectors out (a fraction of the size); an import embeds them again")
     p_export.set_defaults(func=export_cmd)
     p_import = sub.add_parser("import", help="load an export into the store (sidecar stopped)")
     p_import.add_argument("file", help="a file written by `chronicler export` or GET /v1/export")

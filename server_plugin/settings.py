@@ -69,7 +69,9 @@ SERVER = [
     _s("allowed_hosts", list, [], "Extra Host header values accepted besides loopback names on our port."),
     _s("threads", int, 6, "Request threads of the HTTP server.", 1),
     _s("max_body_bytes", int, 1_048_576, "Largest request body on ordinary routes (413 above).", 1024),
-    _s("max_import_bytes", int, 67_108_864, "Largest request body on import routes (413 above).", 1024),
+    _s("max_import_bytes", int, 67_108_864, "Largest request body on card and World Info imports (413 above).", 1024),
+    _s("max_store_import_bytes", int, 536_870_912,
+       "Largest body of POST /v1/import, a whole store (413 above; spooled to a temporary file).", 1024),
     _s("max_json_depth", int, 32, "Deepest nesting of arrays/objects in a request body (400 above).", 2),
     _s("max_id_length", int, 256, "Longest id (character, chat, message, turn) accepted in a path.", 8),
 ]

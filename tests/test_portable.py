@@ -275,16 +275,18 @@ def test_a_full_disk_during_the_import_changes_nothing(filled, tmp_path, embedde
         svc_b.db.close()
 
 
-def test_import_routes_take_the_import_body_limit(filled, tmp_path, embedder):
-    """The document may be far larger than an ordinary body (max_import_bytes, not max_body_bytes)."""
+def test_the_store_import_takes_its_own_body_limit(filled, tmp_path, embedder):
+    """The document may be far larger than an ordinary body or a card: POST /v1/import takes
+    max_store_import_bytes, not max_body_bytes nor max_import_bytes (cards, World Info)."""
     size = len(json.dumps({"document": filled}))
-    svc_b, api_b = open_store(tmp_path, embedder, "b", max_body_bytes=4096, max_import_bytes=size * 2)
+    svc_b, api_b = open_store(tmp_path, embedder, "b", max_body_bytes=4096, max_import_bytes=4096,
+                              max_store_import_bytes=size * 2)
     try:
         assert size > 4096
         expect_ok(api_b.post("/v1/import", json={"document": filled}), 200)
     finally:
         svc_b.db.close()
-    svc_c, api_c = open_store(tmp_path, embedder, "c", max_import_bytes=4096)
+    svc_c, api_c = open_store(tmp_path, embedder, "c", max_store_import_bytes=4096)
     try:
         expect_error(api_c.post("/v1/import", json={"document": filled}), 413, "payload_too_large")
     finally:

@@ -10,13 +10,14 @@ from .common import store_handle, stores, svc
 
 bp = Blueprint("health", __name__)
 
-LIMITS = ("max_body_bytes", "max_import_bytes", "max_messages_body_bytes", "max_json_depth")
+LIMITS = ("max_body_bytes", "max_import_bytes", "max_store_import_bytes", "max_messages_body_bytes",
+          "max_json_depth")
 
 # What this sidecar can do, so a client detects features from here and never by trying a route
 # that may answer 400 or 404 (a red line in the browser's console).
 CAPABILITIES = ("settings", "search", "sessions", "context", "message_ids", "lore", "episodes", "drafts",
                 "client_jobs", "export", "import", "rollback", "notes", "summaries",
-                "context_prefetch")
+                "context_prefetch", "export_without_vectors")
 
 
 @bp.get("/health")

@@ -12,7 +12,8 @@ from __future__ import annotations
 import hmac
 import json
 import re
-from typing import Any
+import tempfile
+from typing import IO, Any
 
 from flask import Flask, current_app, g, request
 
@@ -24,6 +25,8 @@ LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 PUBLIC_PATHS = {"/v1/health"}
 BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 _MESSAGES_PATH = re.compile(r"/v1/chats/[^/]+/messages/?")
+STORE_IMPORT_PATH = "/v1/import"  # a whole store: its own limit, read through a temporary file
+SPOOL_CHUNK = 1 << 20
 # The SillyTavern user a request is for, set by the server plugin (per-user mode only).
 STORE_HEADER = "X-Chronicler-User"
 
@@ -96,8 +99,13 @@ class Guard:
             raise BadRequest("invalid_user", f"{STORE_HEADER} must be a SillyTavern user handle.")
         return name
 
+    def store_import(self) -> bool:
+        return request.method == "POST" and request.path.rstrip("/") == STORE_IMPORT_PATH
+
     def body_limit(self) -> int:
-        if request.path.rstrip("/").endswith("/import"):
+        if self.store_import():
+            return self.settings.max_store_import_bytes
+        if request.path.rstrip("/").endswith("/import"):  # a card, a World Info file
             return self.settings.max_import_bytes
         if request.method == "POST" and _MESSAGES_PATH.fullmatch(request.path):
             # A batch of long messages (100,000 characters each) must not turn into a 413.
@@ -112,19 +120,60 @@ class Guard:
         if length is not None and length > limit:
             raise PayloadTooLarge("payload_too_large", f"The body has {length} bytes; at most {limit} "
                                   "are accepted here.", [{"max_bytes": limit}])
+        if self.store_import():  # hundreds of MB: never held twice (spool, then parse)
+            g.json_body = self._read_spooled(limit)
+            return
         raw = request.get_data(cache=True)
         if len(raw) > limit:
-            raise PayloadTooLarge("payload_too_large", f"The body is larger than {limit} bytes.",
-                                  [{"max_bytes": limit}])
+            raise _too_large(limit)
         if not raw:
             return
+        self._check_type()
+        g.json_body = parse_json(raw, self.settings.max_json_depth)
+
+    def _check_type(self) -> None:
         if request.mimetype != "application/json":
             raise UnsupportedMediaType("unsupported_media_type", "Bodies must be sent as "
                                        f"'Content-Type: application/json' (got {request.mimetype or 'none'!r}).")
         charset = request.mimetype_params.get("charset", "utf-8").lower()
         if charset not in {"utf-8", "utf8"}:
             raise UnsupportedMediaType("unsupported_media_type", "JSON bodies must be UTF-8.")
-        g.json_body = parse_json(raw, self.settings.max_json_depth)
+
+    def _read_spooled(self, limit: int) -> Any:
+        """The body read in chunks into a temporary file (in memory while small), its size and
+        nesting measured on the way; then parsed from the file: the raw bytes are never kept
+        beside the parsed document."""
+        meter, size, max_depth = DepthMeter(), 0, self.settings.max_json_depth
+        with tempfile.SpooledTemporaryFile(max_size=8 * SPOOL_CHUNK) as spool:
+            while chunk := request.stream.read(SPOOL_CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                meter.feed(chunk)
+                if meter.deepest > max_depth:
+                    raise _too_deep(max_depth)
+                spool.write(chunk)
+            if not size:
+                return None
+            self._check_type()
+            spool.seek(0)
+            return parse_text(_decoded(spool))
+
+
+def _decoded(spool: IO[bytes]) -> str:
+    """The spooled body as text (its bytes are freed once decoded)."""
+    try:
+        return spool.read().decode("utf-8")
+    except UnicodeError as exc:
+        raise BadRequest("invalid_json", f"The body is not valid JSON: {exc}") from None
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge("payload_too_large", f"The body is larger than {limit} bytes.", [{"max_bytes": limit}])
+
+
+def _too_deep(max_depth: int) -> BadRequest:
+    return BadRequest("too_deep", f"The JSON body nests deeper than {max_depth} levels.", [{"max_depth": max_depth}])
 
 
 # --- strict JSON -----------------------------------------------------------------------------
@@ -142,6 +191,42 @@ def json_depth(raw: bytes) -> int:
         else:
             depth -= 1
     return deepest
+
+
+class DepthMeter:
+    """`json_depth` of a body fed in chunks (a string may run across chunks): strings are skipped
+    by one match each, brackets counted outside them."""
+
+    _INSIDE = re.compile(rb'(?:[^"\\]|\\.)*', re.S)  # the rest of a string, up to its closing quote
+    _OUTSIDE = re.compile(rb'["\[\]{}]')
+
+    def __init__(self) -> None:
+        self.depth = self.deepest = 0
+        self.in_string = False
+        self.carry = b""  # a backslash that ended a chunk inside a string
+
+    def feed(self, chunk: bytes) -> None:
+        data, at = self.carry + chunk, 0
+        self.carry = b""
+        while at < len(data):
+            if self.in_string:
+                at = self._INSIDE.match(data, at).end()  # type: ignore[union-attr]  (always matches)
+                if at < len(data) and data[at:at + 1] == b'"':
+                    self.in_string, at = False, at + 1
+                elif at < len(data):  # a lone backslash at the end: it escapes the next chunk's byte
+                    self.carry, at = data[at:], len(data)
+                continue
+            found = self._OUTSIDE.search(data, at)
+            if found is None:
+                return
+            token, at = found.group(), found.end()
+            if token == b'"':
+                self.in_string = True
+            elif token in (b"[", b"{"):
+                self.depth += 1
+                self.deepest = max(self.deepest, self.depth)
+            else:
+                self.depth -= 1
 
 
 def _reject_constant(name: str) -> Any:
@@ -168,16 +253,28 @@ def sqlite_int(text: str) -> int:
     return value
 
 
+# Only a \u escape of a surrogate can put a lone one in a parsed string (UTF-8 cannot hold one).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def parse_json(raw: bytes, max_depth: int) -> Any:
     """Parse a request body strictly, or raise BadRequest/PayloadTooLarge with a clear message."""
     if json_depth(raw) > max_depth:
-        raise BadRequest("too_deep", f"The JSON body nests deeper than {max_depth} levels.",
-                         [{"max_depth": max_depth}])
+        raise _too_deep(max_depth)
     try:
         text = raw.decode("utf-8")
+    except UnicodeError as exc:
+        raise BadRequest("invalid_json", f"The body is not valid JSON: {exc}") from None
+    return parse_text(text)
+
+
+def parse_text(text: str) -> Any:
+    """`parse_json` of a decoded body whose nesting was measured already."""
+    try:
         value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates,
                            parse_int=sqlite_int)
-        json.dumps(value, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be stored
+        if _SURROGATE_ESCAPE.search(text):  # lone surrogates cannot be stored
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
     except (UnicodeError, ValueError, RecursionError) as exc:
         raise BadRequest("invalid_json", f"The body is not valid JSON: {exc}") from None
     return value

@@ -194,11 +194,12 @@ def adopt_model(conn: Connection, key: str, dim: int) -> str:
     return held
 
 
-def install_vectors(conn: Connection, key: str, dim: int, vectors: dict[int, tuple[np.ndarray, list]]) -> None:
-    """Every row's vectors replaced by model `key`'s (`vectors`: doc id -> (vector, passages))."""
+def install_vectors(conn: Connection, key: str, dim: int, vectors: dict[int, tuple[np.ndarray, list]],
+                    remake: bool = False) -> None:
+    """Every row's vectors replaced by model `key`'s (doc id -> (vector, passages)); `remake`: tables made anew."""
     for table in ("docs_vec", "docs_passages"):
         conn.execute(f"DELETE FROM {table}")
-        if dim != model(conn)[1]:  # vec0 tables have one size: made anew for the new model
+        if remake or dim != model(conn)[1]:  # vec0 tables have one size: made anew for the new model
             conn.execute(f"DROP TABLE {table}")
             conn.execute(f"CREATE VIRTUAL TABLE {table} USING vec0(embedding float[{dim}] distance_metric=cosine)")
     conn.execute("INSERT OR REPLACE INTO docs_model(id, model_key, dim) VALUES (1, ?, ?)", (key, dim))
@@ -410,9 +411,8 @@ def _vectors(conn: Connection, table: str, rowids: Sequence[int] | None) -> dict
         rows = []
         for start in range(0, len(rowids), 500):
             chunk = list(rowids[start:start + 500])
-            if chunk:
-                rows += conn.execute(f"SELECT rowid, embedding FROM {table} WHERE rowid IN"
-                                     f" ({','.join('?' * len(chunk))})", chunk).fetchall()
+            rows += conn.execute(f"SELECT rowid, embedding FROM {table} WHERE rowid IN"
+                                 f" ({','.join('?' * len(chunk))})", chunk).fetchall()
     return {int(r[0]): np.frombuffer(r[1], dtype=np.float32) for r in rows}
 
 
@@ -512,8 +512,8 @@ def check_whole(conn: Connection) -> None:
     """Refuse an imported store whose search index is not whole (every orphan count zero)."""
     broken = {k: v for k, v in orphans(conn).items() if v}
     if broken:
-        raise Unprocessable("invalid_import", f"The search index in the document is not whole: {broken}"
-                            ". Nothing was imported.", [broken])
+        raise Unprocessable("invalid_import", f"The search index in the document is not whole: {broken} (one "
+                            "without vectors says \"vectors\": false). Nothing was imported.", [broken])
 
 
 def orphans(conn: Connection) -> dict[str, int]:

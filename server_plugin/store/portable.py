@@ -18,9 +18,9 @@ a later migration is exported and imported without a line here. Format (version 
   by the migrations themselves: imported into a scratch store migrated only as far as the
   document's, then that store migrated the rest of the way and exported again (`upgrade`). A
   document with a migration this version does not know is newer, and refused (409).
-- Import checks the whole document before it touches the store (shape, format version, the
-  migration numbers equal to this store's once upgraded, every table and column known, value types, NOT NULL,
-  duplicate keys, references), then writes it in ONE transaction with the triggers paused (the
+- Import checks the whole document before it touches the store (portable_check.py: shape, format
+  version, the migration numbers equal to this store's once upgraded, every table and column known,
+  value types, NOT NULL, duplicate keys, references), then writes it in ONE transaction with the triggers paused (the
   rows are the document's, counters included), checks foreign keys and the index's integrity,
   and commits — or rolls back and leaves the store exactly as it was.
 - Modes: "empty" (the default) imports only into a store holding no data; "replace" deletes
@@ -42,11 +42,9 @@ from typing import Any, Callable, Iterable, Iterator
 from ..errors import Conflict, Unprocessable
 from . import migrations
 from .db import Connection, Database
+from .portable_check import FORMAT, FORMAT_VERSION, MAX_PROBLEMS, check_document, check_header
 
-FORMAT = "chronicler-store"
-FORMAT_VERSION = 1
 MODES = ("empty", "replace")
-MAX_PROBLEMS = 20
 
 
 # --- what the store holds ----------------------------------------------------------------------
@@ -62,6 +60,7 @@ class Table:
     required: frozenset[str] = frozenset()      # NOT NULL columns
     key: tuple[str, ...] = ()                   # primary key (duplicates refused)
     references: tuple[tuple[tuple[str, ...], str, tuple[str, ...]], ...] = ()  # declared FKs
+    vectors: bool = False  # holds vectors: a vec0 table, or one with a BLOB column (left out by vectors=False)
 
 
 def _affinity(declared: str) -> str:
@@ -97,7 +96,7 @@ def _describe(conn: Connection, name: str, virtual: bool, sql: str = "") -> Tabl
                                "give portable.py a rebuild rule for it")
         # Hidden columns (fts5's rank, vec0's distance and k) are not data; the rowid is.
         columns = ("rowid",) + tuple(r[1] for r in info if not r[6] and r[1] != "rowid")
-        return Table(name, columns, True, ("rowid",))
+        return Table(name, columns, True, ("rowid",), vectors="vec0" in sql.lower())
     columns = tuple(r[1] for r in info if not r[6])
     key = tuple(r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5]))
     fks: dict[int, list[Any]] = {}
@@ -107,7 +106,8 @@ def _describe(conn: Connection, name: str, virtual: bool, sql: str = "") -> Tabl
                  for rows in fks.values())
     return Table(name, columns, False, key or ("rowid",),
                  {r[1]: _affinity(r[2]) for r in info},
-                 frozenset(r[1] for r in info if r[3] and not r[5]), key, refs)
+                 frozenset(r[1] for r in info if r[3] and not r[5]), key, refs,
+                 any("BLOB" in (r[2] or "").upper() for r in info))
 
 
 def tables(conn: Connection) -> list[Table]:
@@ -146,28 +146,34 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def export_store(db: Database) -> dict[str, Any]:
-    """The whole store as one document, read in one snapshot (see the module doc)."""
+def export_store(db: Database, vectors: bool = True) -> dict[str, Any]:
+    """The whole store as one document, read in one snapshot (see the module doc); `vectors`
+    False: the tables that hold vectors with no rows, and the document says `"vectors": false`."""
     with db.read() as conn:
         numbers = [r[0] for r in conn.execute("SELECT number FROM schema_migrations ORDER BY number")]
         out: dict[str, Any] = {}
         for table in tables(conn):
-            columns = ", ".join(_quote(c) for c in table.columns)
-            order = ", ".join(_quote(c) if c != "rowid" else "rowid" for c in table.order)
-            rows = conn.execute(f"SELECT {columns} FROM {_quote(table.name)} ORDER BY {order}")
-            out[table.name] = {"columns": list(table.columns),
-                               "rows": [[_cell(v) for v in row] for row in rows]}
-    return {"format": FORMAT, "format_version": FORMAT_VERSION, "migrations": numbers, "tables": out}
+            out[table.name] = {"columns": list(table.columns), "rows": [] if table.vectors and not vectors
+                               else [[_cell(v) for v in row] for row in _rows(conn, table)]}
+    document = {"format": FORMAT, "format_version": FORMAT_VERSION, "migrations": numbers, "tables": out}
+    return document if vectors else {**document, "vectors": False}
+
+
+def _rows(conn: Connection, table: Table) -> Any:
+    """A cursor over the table's rows, in the export's order."""
+    columns = ", ".join(_quote(c) for c in table.columns)
+    order = ", ".join(_quote(c) if c != "rowid" else "rowid" for c in table.order)
+    return conn.execute(f"SELECT {columns} FROM {_quote(table.name)} ORDER BY {order}")
 
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def export_chunks(db: Database, rows_per_chunk: int = 500) -> Iterator[bytes]:
-    """The bytes of `canonical(export_store(db))`, made table by table and a few hundred rows at a
-    time from one snapshot: what is held in memory does not grow with the store (a campaign's
-    export is hundreds of MB)."""
+def export_chunks(db: Database, rows_per_chunk: int = 500, vectors: bool = True) -> Iterator[bytes]:
+    """The bytes of `canonical(export_store(db, vectors))`, made table by table and a few hundred
+    rows at a time from one snapshot: what is held in memory does not grow with the store (a
+    campaign's export is hundreds of MB)."""
     with db.read() as conn:
         numbers = [r[0] for r in conn.execute("SELECT number FROM schema_migrations ORDER BY number")]
         # sort_keys order: format < format_version < migrations < tables; columns < rows.
@@ -176,16 +182,14 @@ def export_chunks(db: Database, rows_per_chunk: int = 500) -> Iterator[bytes]:
         for n, table in enumerate(tables(conn)):
             yield (("," if n else "") + f'{_json(table.name)}:{{"columns":{_json(list(table.columns))},'
                    '"rows":[').encode("utf-8")
-            columns = ", ".join(_quote(c) for c in table.columns)
-            order = ", ".join(_quote(c) if c != "rowid" else "rowid" for c in table.order)
-            cursor = conn.execute(f"SELECT {columns} FROM {_quote(table.name)} ORDER BY {order}")
             first = True
-            while batch := cursor.fetchmany(rows_per_chunk):
+            cursor = _rows(conn, table) if vectors or not table.vectors else None
+            while cursor is not None and (batch := cursor.fetchmany(rows_per_chunk)):
                 part = ",".join(_json([_cell(v) for v in row]) for row in batch)
                 yield (("" if first else ",") + part).encode("utf-8")
                 first = False
             yield b"]}"
-        yield b"}}"
+        yield b"}}" if vectors else b'},"vectors":false}'
 
 
 def canonical(document: dict[str, Any]) -> bytes:
@@ -220,81 +224,7 @@ def write_file(document: dict[str, Any] | Iterable[bytes], out: Path) -> int:
     return size
 
 
-# --- checking a document -----------------------------------------------------------------------
-class Problems:
-    """What is wrong with a document, collected (up to a bound) so the answer lists them all."""
-
-    def __init__(self) -> None:
-        self.items: list[dict[str, str]] = []
-        self.count = 0
-
-    def add(self, path: str, message: str) -> None:
-        self.count += 1
-        if len(self.items) < MAX_PROBLEMS:
-            self.items.append({"path": path, "message": message})
-
-    def raise_if_any(self, what: str = "The import document is not valid") -> None:
-        if self.items:
-            first = self.items[0]
-            more = f" (and {self.count - 1} more)" if self.count > 1 else ""
-            raise Unprocessable("invalid_import", f"{what}: {first['path']}: {first['message']}{more}."
-                                " Nothing was imported.", self.items)
-
-
-def _value_ok(value: Any, affinity: str) -> bool:
-    if value is None:
-        return True
-    if isinstance(value, dict):
-        return (affinity in ("ANY",) and set(value) == {"base64"} and isinstance(value["base64"], str))
-    if isinstance(value, bool):
-        return False  # SQLite has no booleans: an export never holds one
-    if affinity == "INTEGER":
-        return isinstance(value, int)
-    if affinity == "TEXT":
-        return isinstance(value, str)
-    if affinity == "REAL":
-        return isinstance(value, (int, float))
-    return isinstance(value, (int, float, str))
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, dict):
-        return base64.b64decode(value["base64"], validate=True)
-    return value
-
-
-def check_header(document: Any, applied: list[int]) -> None:
-    """Format, version and migrations, before anything else is looked at."""
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise Unprocessable("invalid_import", f"This is not a Chronicler export (its 'format' must be "
-                            f"{FORMAT!r}). Nothing was imported.")
-    version = document.get("format_version")
-    if version != FORMAT_VERSION:
-        raise Unprocessable("unsupported_format_version", f"This export has format version {version!r};"
-                            f" this Chronicler reads version {FORMAT_VERSION}. Nothing was imported.",
-                            [{"format_version": version, "supported": [FORMAT_VERSION]}])
-    numbers = document.get("migrations")
-    if not isinstance(numbers, list) or not all(isinstance(n, int) and not isinstance(n, bool)
-                                                for n in numbers):
-        raise Unprocessable("invalid_import", "'migrations' must be a list of migration numbers.")
-    if numbers == applied:
-        return
-    unknown = sorted(set(numbers) - set(migrations.known()))
-    if unknown:
-        raise Conflict("migrations_mismatch", f"The export is newer than this Chronicler: it was made "
-                       f"with migrations {numbers}, and {unknown} are unknown here (this version has "
-                       f"{migrations.known()}). Update Chronicler, then import it. Nothing was imported.",
-                       [{"document": numbers, "store": applied, "newer": "document", "unknown": unknown}])
-    if len(set(numbers)) != len(numbers):
-        raise Unprocessable("invalid_import", f"'migrations' repeats a number: {numbers}.")
-    if set(numbers) - set(applied):
-        # Only a store this version has not migrated yet lacks one it knows (never a served one).
-        raise Conflict("migrations_mismatch", f"This store is older than the export: the store has "
-                       f"migrations {applied}, the export {numbers}. Open the store with this version "
-                       f"(it migrates), then import. Nothing was imported.",
-                       [{"document": numbers, "store": applied, "newer": "document"}])
-
-
+# --- upgrading an older document ---------------------------------------------------------------
 def upgrade(document: dict[str, Any], finish: Callable[[Database], Any] | None = None) -> dict[str, Any]:
     """An older document as this version exports the same store: imported into a scratch store
     migrated only as far as the document's, the remaining migrations applied to it (then
@@ -303,125 +233,14 @@ def upgrade(document: dict[str, Any], finish: Callable[[Database], Any] | None =
         db = _scratch(folder)
         try:
             migrations.migrate(db, only=set(document["migrations"]))
-            import_store(db, document)  # checked against the schema of its own version
+            # Checked against the schema of its own version; without vectors, none are made here.
+            import_store(db, document, placeholders=lambda conn: 0)
             migrations.migrate(db)
             if finish is not None:
                 finish(db)
-            return export_store(db)
+            return export_store(db, vectors=document.get("vectors", True))
         finally:
             db.close()
-
-
-def check_document(document: dict[str, Any], known: list[Table]) -> dict[str, list[list[Any]]]:
-    """Every table and column known, every value of its column's type, required values present,
-    no duplicate keys, declared references satisfied within the document. Returns the rows by
-    table (values decoded)."""
-    problems = Problems()
-    by_name = {t.name: t for t in known}
-    given = document.get("tables")
-    if not isinstance(given, dict):
-        problems.add("/tables", "must be an object of tables")
-        problems.raise_if_any()
-    for name in sorted(set(given) - set(by_name)):
-        problems.add(f"/tables/{name}", "is not a table of this store")
-    for name in sorted(set(by_name) - set(given)):
-        problems.add(f"/tables/{name}", "is missing (an export of this version has every table)")
-    decoded: dict[str, list[list[Any]]] = {}
-    for name in sorted(set(given) & set(by_name)):
-        decoded[name] = _check_table(by_name[name], given[name], problems)
-    problems.raise_if_any()
-    _check_references(known, decoded, problems)
-    problems.raise_if_any()
-    return decoded
-
-
-def _check_table(table: Table, data: Any, problems: Problems) -> list[list[Any]]:
-    where = f"/tables/{table.name}"
-    if not isinstance(data, dict) or set(data) != {"columns", "rows"}:
-        problems.add(where, "must be an object with exactly 'columns' and 'rows'")
-        return []
-    columns, rows = data["columns"], data["rows"]
-    if columns != list(table.columns):
-        unknown = [c for c in columns if c not in table.columns] if isinstance(columns, list) else columns
-        problems.add(f"{where}/columns", f"must be {list(table.columns)}" +
-                     (f"; unknown: {unknown}" if unknown else ""))
-        return []
-    if not isinstance(rows, list):
-        problems.add(f"{where}/rows", "must be a list of rows")
-        return []
-    key_at = [columns.index(c) for c in table.key]
-    required_at = [i for i, c in enumerate(columns) if c in table.required or c in table.key]
-    kinds = [table.affinity.get(c, "ANY") for c in columns]
-    seen: set[tuple[Any, ...]] = set()
-    out: list[list[Any]] = []
-    for n, row in enumerate(rows):
-        if not isinstance(row, list) or len(row) != len(columns):
-            problems.add(f"{where}/rows/{n}", f"must be a list of {len(columns)} values")
-            continue
-        bad = [columns[i] for i, v in enumerate(row) if not _value_ok(v, kinds[i])]
-        bad += [columns[i] for i in required_at if row[i] is None and columns[i] != "rowid"]
-        if bad:
-            problems.add(f"{where}/rows/{n}", f"bad value for {sorted(set(bad))}")
-            continue
-        if key_at:
-            key = tuple(row[i] for i in key_at)
-            if key in seen:
-                problems.add(f"{where}/rows/{n}", f"repeats the key {dict(zip(table.key, key))}")
-            seen.add(key)
-        try:
-            out.append([_decode(v) for v in row])
-        except ValueError:
-            problems.add(f"{where}/rows/{n}", "holds a 'base64' value that is not base64")
-    return out
-
-
-# References no foreign key declares, but every store keeps: checked like declared ones.
-# (table, column, condition on the row or None) -> (target table, target column).
-Reference = tuple[str, str, Callable[[dict[str, Any]], bool] | None, str, str]
-REFERENCES: list[Reference] = [
-    ("docs", "ref_id", lambda r: r["kind"] == "memory", "memories", "id"),
-    ("docs", "ref_id", lambda r: r["kind"] == "message", "messages", "seq"),
-    ("messages", "chat_id", None, "chats", "id"),
-    ("summaries", "chat_id", None, "chats", "id"),
-    ("sessions", "chat_id", None, "chats", "id"),
-    ("notes", "chat_id", None, "chats", "id"),
-]
-
-
-def reference(table: str, column: str, target: str, target_column: str,
-              when: Callable[[dict[str, Any]], bool] | None = None) -> None:
-    """Register a reference an import must find satisfied (for a module's own tables)."""
-    entry = (table, column, when, target, target_column)
-    if entry not in REFERENCES:
-        REFERENCES.append(entry)
-
-
-def _check_references(known: list[Table], rows: dict[str, list[list[Any]]], problems: Problems) -> None:
-    by_name = {t.name: t for t in known}
-
-    def values(name: str, cols: Iterable[str]) -> set[tuple[Any, ...]]:
-        at = [by_name[name].columns.index(c) for c in cols]
-        return {tuple(str(r[i]) for i in at) for r in rows.get(name, [])}
-
-    checks = [(t.name, cols, None, target, tcols) for t in known for cols, target, tcols in t.references]
-    checks += [(t, (c,), when, target, (tc,)) for t, c, when, target, tc in REFERENCES
-               if t in by_name and target in by_name]
-    for name, cols, when, target, target_cols in checks:
-        if target not in by_name:
-            continue
-        targets = values(target, target_cols)
-        columns = by_name[name].columns
-        at = [columns.index(c) for c in cols]
-        for n, row in enumerate(rows.get(name, [])):
-            if when is not None and not when(dict(zip(columns, row))):
-                continue
-            key = tuple(row[i] for i in at)
-            if any(v is None for v in key):
-                continue
-            if tuple(str(v) for v in key) not in targets:
-                problems.add(f"/tables/{name}/rows/{n}",
-                             f"{'/'.join(cols)} {key[0] if len(key) == 1 else key!r} points at no "
-                             f"{target} row")
 
 
 # --- importing ---------------------------------------------------------------------------------
@@ -439,13 +258,17 @@ def data_counts(conn: Connection, known: list[Table], seeded: frozenset[str]) ->
 
 def import_store(db: Database, document: Any, mode: str = "empty", confirm_replace: bool = False,
                  check: Callable[[Connection], Any] | None = None,
-                 finish: Callable[[Database], Any] | None = None) -> dict[str, Any]:
+                 finish: Callable[[Database], Any] | None = None,
+                 placeholders: Callable[[Connection], int] | None = None) -> dict[str, Any]:
     """Check the whole document (an older one upgraded first), then write it in one transaction
     (see the module doc).
 
     `check(conn)` runs inside that transaction once every row is written; it raises to refuse
     the document (the concepts' `hooks.store_importing`: the search index must be whole).
     `finish(db)` is what the application does after migrating a store (see `upgrade`).
+    `placeholders(conn)`, for a document without vectors (`"vectors": false`), runs in the same
+    transaction before `check`: it gives the index's rows placeholder vectors, to be embedded in
+    the background (retrieval/reembed.without_vectors), and returns how many rows wait for one.
 
     Raises Unprocessable (422) for a document that is not valid here, Conflict (409) for
     migrations that differ, a non-empty store in mode 'empty', or 'replace' without confirmation.
@@ -457,6 +280,11 @@ def import_store(db: Database, document: Any, mode: str = "empty", confirm_repla
                        "confirm_replace: true to do it. Nothing was imported.")
     applied = migrations.applied(db)
     check_header(document, applied)
+    vectors = document.get("vectors", True)
+    if not vectors and placeholders is None:  # a caller's mistake, not the document's
+        raise Unprocessable("invalid_import", "This document has no vectors (\"vectors\": false), and "
+                            "this import cannot make them; import it through the sidecar or the "
+                            "chronicler command. Nothing was imported.")
     upgraded_from = None
     if document["migrations"] != applied:
         upgraded_from = list(document["migrations"])
@@ -464,7 +292,7 @@ def import_store(db: Database, document: Any, mode: str = "empty", confirm_repla
     seeded = seeded_tables(tuple(applied))
     with db.read() as conn:
         known = tables(conn)
-    rows = check_document(document, known)
+    rows = check_document(document, known, vectors)
     with db.write() as conn:
         present = data_counts(conn, known, seeded)
         if present and mode == "empty":
@@ -473,17 +301,21 @@ def import_store(db: Database, document: Any, mode: str = "empty", confirm_repla
                            "an empty store, or send mode 'replace' with confirm_replace: true to "
                            "replace everything; merging two stores is not supported. Nothing was "
                            "imported.", [{"table": k, "rows": v} for k, v in sorted(present.items())])
-        _write(conn, known, rows, seeded, check)
+        pending = _write(conn, known, rows, seeded, check, None if vectors else placeholders)
     counts = {t.name: len(rows[t.name]) for t in known if t.name not in seeded}
-    out = {"mode": mode, "imported": counts, "replaced": present}
+    out: dict[str, Any] = {"mode": mode, "imported": counts, "replaced": present}
+    if not vectors:
+        out["vectors_pending"] = pending
     if upgraded_from is not None:
         out["upgraded_from"] = upgraded_from
     return out
 
 
 def _write(conn: Connection, known: list[Table], rows: dict[str, list[list[Any]]],
-           seeded: frozenset[str], check: Callable[[Connection], Any] | None) -> None:
-    """Inside the write transaction: clear, pause triggers, insert, check, restore triggers."""
+           seeded: frozenset[str], check: Callable[[Connection], Any] | None,
+           placeholders: Callable[[Connection], int] | None = None) -> int:
+    """Inside the write transaction: clear, pause triggers, insert (placeholder vectors where the
+    document has none), check, restore triggers. Returns how many rows got a placeholder."""
     conn.execute("PRAGMA defer_foreign_keys=ON")  # checked once, at the end
     triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type='trigger'").fetchall()
     for name, _ in triggers:  # DDL is transactional: a rollback brings them back
@@ -508,6 +340,7 @@ def _write(conn: Connection, known: list[Table], rows: dict[str, list[list[Any]]
                 raise Unprocessable("invalid_import", f"/tables/{table.name}/rows/{n}: the store refused "
                                     f"it: {exc}. Nothing was imported.",
                                     [{"path": f"/tables/{table.name}/rows/{n}", "message": str(exc)}]) from exc
+    pending = placeholders(conn) if placeholders is not None else 0
     broken = conn.execute("PRAGMA foreign_key_check").fetchall()
     if broken:
         raise Unprocessable("invalid_import", f"Rows point at rows that do not exist (first: table "
@@ -517,6 +350,7 @@ def _write(conn: Connection, known: list[Table], rows: dict[str, list[list[Any]]
         check(conn)
     for _, sql in triggers:
         conn.execute(sql)
+    return pending
 
 
 def _fit_vectors(conn: Connection, name: str, first: list[Any]) -> None:
@@ -532,11 +366,12 @@ def _fit_vectors(conn: Connection, name: str, first: list[Any]) -> None:
 
 # --- after an import, in a running sidecar -----------------------------------------------------
 def import_into(svc: Any, document: Any, mode: str = "empty", confirm_replace: bool = False,
-                finish: Callable[[Database], Any] | None = None) -> dict[str, Any]:
+                finish: Callable[[Database], Any] | None = None,
+                placeholders: Callable[[Connection], int] | None = None) -> dict[str, Any]:
     """`import_store` for a running sidecar (its concepts check the rows: `hooks.store_importing`),
     then drop its caches and wake the job worker (the document's pending jobs resume)."""
     result = import_store(svc.db, document, mode, confirm_replace, check=svc.hooks.store_importing.send,
-                          finish=finish)
+                          finish=finish, placeholders=placeholders)
     svc.clear_caches()
     svc.jobs_wake.set()
     return result

@@ -9,8 +9,10 @@ const http = require('node:http');
 
 /** The sidecar's limits until its /v1/health said them (its settings' defaults). */
 const DEFAULT_LIMITS = Object.freeze({
-    max_body_bytes: 1048576, max_import_bytes: 67108864, max_messages_body_bytes: 33554432, max_json_depth: 32,
+    max_body_bytes: 1048576, max_import_bytes: 67108864, max_store_import_bytes: 536870912,
+    max_messages_body_bytes: 33554432, max_json_depth: 32,
 });
+const STORE_IMPORT_PATH = '/v1/import';
 const BODY_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 const MESSAGES_PATH = /^\/v1\/chats\/[^/]+\/messages\/?$/;
 // What SillyTavern's JSON parser turned into an object must still be what the sidecar accepts.
@@ -42,7 +44,10 @@ function depthOf(value, stopAt) {
 
 /** The sidecar's body limit for this request (the same rule as its api/security.body_limit). */
 function limitFor(method, path, limits) {
-    if (path.replace(/\/+$/, '').endsWith('/import')) return limits.max_import_bytes;
+    const bare = path.replace(/\/+$/, '');
+    // A whole store (POST /v1/import) has its own limit; an older sidecar's health lacks it.
+    if (method === 'POST' && bare === STORE_IMPORT_PATH) return limits.max_store_import_bytes ?? limits.max_import_bytes;
+    if (bare.endsWith('/import')) return limits.max_import_bytes;  // a card, a World Info file
     if (method === 'POST' && MESSAGES_PATH.test(path)) return limits.max_messages_body_bytes;
     return limits.max_body_bytes;
 }
@@ -120,4 +125,4 @@ function makeProxy(sidecar) {
     };
 }
 
-module.exports = { makeProxy, sendError, depthOf, limitFor, handleOf, DEFAULT_LIMITS };
+module.exports = { makeProxy, sendError, depthOf, limitFor, bodyOf, handleOf, DEFAULT_LIMITS };

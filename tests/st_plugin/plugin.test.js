@@ -92,6 +92,24 @@ test('limits are applied before forwarding, in the same envelope', { skip }, asy
     assert.equal((await plain.json()).error.code, 'unsupported_media_type');
 });
 
+test("a store moves without its vectors through the proxy, under the sidecar's store import limit", { skip }, async () => {
+    const limits = await eventually(async () => plugin.plugin.sidecar?.limits ?? null);
+    assert.equal(limits.max_store_import_bytes, 512 * 1024 * 1024);  // read from the sidecar's health
+    const made = await call('POST', '/v1/memories', { user: 'dora', body: { text: 'Dora keeps the map.', scope: 'global', pinned: true, actor: 'user' } });
+    assert.equal(made.status, 201);
+    const exported = await call('GET', '/v1/export?vectors=false', { user: 'dora' });
+    assert.equal(exported.status, 200);
+    assert.match(exported.headers.get('content-disposition'), /no-vectors/);
+    const document = await exported.json();
+    assert.equal(document.vectors, false);
+    assert.deepEqual(document.tables.docs_vec.rows, []);
+    const imported = await call('POST', '/v1/import', { user: 'erin', body: { document } });
+    assert.equal(imported.status, 200, await imported.clone().text());
+    assert.equal((await imported.json()).vectors_pending, 1);
+    const memories = await (await call('GET', '/v1/memories', { user: 'erin' })).json();
+    assert.deepEqual(memories.memories.map(m => m.text), ['Dora keeps the map.']);
+});
+
 test('a request without a session is refused', { skip }, async () => {
     const response = await call('GET', '/v1/memories', { user: null });
     assert.equal(response.status, 401);
