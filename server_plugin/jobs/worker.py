@@ -132,12 +132,20 @@ def _execute_shared(svc: Services, members: list[batch.Member], backend: llm.Bac
             fail_attempt(svc, member.job, exc)
         return
     _step_aside(svc)
+    _finish_shared(svc, members, outcome)
+
+
+def _finish_shared(svc: Services, members: list[batch.Member], outcome: calls.Outcome) -> bool:
+    """Each job of a shared call stores its own section; whether the first (the leader) did."""
+    stored = []
     for member, result, share in batch.split(members, outcome):
         try:
-            _finish(svc, member.job, member.handler, result, share)
+            stored.append(_finish(svc, member.job, member.handler, result, share))
         except Exception as exc:  # one job's store failing leaves the others stored
             log.exception("job %s (%s) failed", member.job.id, member.job.kind)
             fail_attempt(svc, member.job, exc)
+            stored.append(False)
+    return stored[0]
 
 
 def _step_aside(svc: Services) -> None:
@@ -188,10 +196,18 @@ def claim(svc: Services, kinds: list[str] | None = None, chat_id: str | None = N
         if prompt is None:
             _finish(svc, job, handler, None)
             continue
+        members = batch.gather(svc, job, handler, prompt, by="client", kinds=wanted)
+        if len(members) > 1:
+            prompt = batch.combined(members)
         with svc.db.write() as conn:
             row = queue.store_prompt(conn, job.id, prompt.to_payload())
-        return {"id": job.id, "kind": job.kind, "chat_id": job.chat_id, "attempt": job.attempts,
-                "lease_until": row["lease_until"], "task": prompt.task, "request": prompt.for_client()}
+            for member in members[1:]:
+                queue.store_prompt(conn, member.job.id, member.prompt.to_payload())
+        out = {"id": job.id, "kind": job.kind, "chat_id": job.chat_id, "attempt": job.attempts,
+               "lease_until": row["lease_until"], "task": prompt.task, "request": prompt.for_client()}
+        if len(members) > 1:
+            out["shared_with"] = [m.job.id for m in members]
+        return out
     return None
 
 
@@ -218,18 +234,26 @@ def complete(svc: Services, job_id: str, text: str, attempt: int | None = None) 
     prompt = Prompt.from_payload(job.prompt)
     outcome = calls.Outcome(None, "first_try" if job.attempts <= 1 else "retry", Report(), None,
                             calls.count_messages(prompt.messages), get_counter().count(text), 1)
+    members = batch.members_of(svc, job, prompt)  # a shared call's jobs, the leader first
     try:
         result = task_of(prompt).parse_answer(prompt, text, outcome.report)
     except PromptParseError as exc:
         if job.attempts < calls.TRIES:
             state = fail_attempt(svc, job, exc, outcome)
+            for member in members[1:]:
+                fail_attempt(svc, member.job, exc)
             raise Unprocessable("model_output_invalid", str(exc), [{"job": state}]) from None
         # The second answer could not be used either: the result comes from the text itself.
         result = task_of(prompt).fallback(prompt, None)
         outcome.answer, outcome.error = "fallback", (
             "The model's answer could not be used after two tries, so this result was made from "
             f"the text itself. Last try: {exc.reason}")
-    if not _finish(svc, job, handler, result, outcome):
+    if members:
+        outcome.result = result
+        done = _finish_shared(svc, members, outcome)
+    else:
+        done = _finish(svc, job, handler, result, outcome)
+    if not done:
         raise Conflict("job_not_running", f"Job {job_id} was rolled back or reclaimed meanwhile.")
     return queue.get(svc, job_id)
 
@@ -238,7 +262,11 @@ def fail(svc: Services, job_id: str, error: str, retryable: bool = True,
          attempt: int | None = None) -> dict[str, Any]:
     """The extension could not run a claimed job."""
     job, _ = _client_job(svc, job_id, attempt)
-    fail_attempt(svc, job, queue.ClientFailure(error, retryable))
+    failure = queue.ClientFailure(error, retryable)
+    fail_attempt(svc, job, failure)
+    if job.prompt is not None:  # the jobs that were to share its call go back with it
+        for member in batch.members_of(svc, job, Prompt.from_payload(job.prompt))[1:]:
+            fail_attempt(svc, member.job, failure)
     return queue.get(svc, job_id)
 
 

@@ -16,6 +16,7 @@ from typing import Iterator
 
 import pytest
 
+from tests.helpers.episodes import EMPTY, SHARED, sections_of
 from tests.helpers.fakellm import FakeLLM, default_reply
 from tests.helpers.sidecar import Sidecar
 from tests.helpers.sillytavern import (
@@ -42,8 +43,13 @@ def _system(body: dict) -> str:
 
 def summarising_model(body: dict) -> str:
     """The fake model: a valid session record for the session-summary job, chat replies otherwise."""
-    if "record of one finished session" in _system(body):
-        return json.dumps({"full": FULL, "short": SHORT, "quotes": [], "open_threads": [], "resolved": []})
+    system = _system(body)
+    record = {"full": FULL, "short": SHORT, "quotes": [], "open_threads": [], "resolved": []}
+    if SHARED in system:  # the session end's jobs share one call (MJ1): each section its answer
+        return json.dumps({key: record if task == "session_summary" else EMPTY[task]
+                           for key, task in sections_of(system).items()})
+    if "record of one finished session" in system:
+        return json.dumps(record)
     return default_reply(body)
 
 

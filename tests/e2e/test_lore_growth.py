@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.helpers.episodes import EMPTY, TASKS
+from tests.helpers.episodes import EMPTY, SHARED, TASKS, sections_of
 from tests.helpers.fakellm import FakeLLM, default_reply
 from tests.helpers.sidecar import Sidecar
 from tests.helpers.sillytavern import SillyTavernServer, STPage, configure_chronicler, quote_id, wait_until
@@ -44,16 +44,22 @@ def growing_model(body: dict) -> str:
     """The fake model: the lore-growth job gets the council, resting on the message that names it;
     every other session-end job an empty answer; chat turns the default reply."""
     system = _system(body)
+    if SHARED in system:  # one call for the session end's jobs (MJ1): each section its answer
+        return json.dumps({key: _answer(task, body) for key, task in sections_of(system).items()})
     task = next((name for name, marker in TASKS.items() if marker in system), None)
+    if task is not None:
+        return json.dumps(_answer(task, body))
+    return default_reply(body)
+
+
+def _answer(task: str, body: dict) -> dict:
     if task == "lore_growth":
         label = re.search(r"^\[(m\d+)\] [^\n]*Council of Nine", _user(body), re.M)
         entries = [] if label is None else [{
             "entry": None, "kind": "faction", "title": "Council of Nine", "text": COUNCIL_TEXT,
             "triggers": ["Council of Nine"], "sources": [label.group(1)]}]
-        return json.dumps({"entries": entries})
-    if task is not None:
-        return json.dumps(EMPTY[task])
-    return default_reply(body)
+        return {"entries": entries}
+    return EMPTY[task]
 
 
 def _sidecar(st_server: SillyTavernServer, data: Path, **env: str) -> Sidecar:

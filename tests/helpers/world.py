@@ -8,6 +8,17 @@ from urllib.parse import quote
 
 Status = int | tuple[int, ...]
 
+# Short unrelated lines of a town, for search tests.
+TOWN = ["The blacksmith's hammer broke yesterday; he needs a new oak handle.",
+        "The princess planted a cherry tree in the castle garden.",
+        "The caravan came back from the desert with spices and silk.",
+        "The guards change at the gate at midnight, when it closes for a while.",
+        "Wolves have been seen on the mountain road, the innkeeper warned.",
+        "The black tower hides a treasure at its top, they say.",
+        "The ferryman wants two silver coins to cross the river.",
+        "Our lantern ran out of oil near the old mill.",
+        "The healer's garden grows mint, sage and bitter willow."]
+
 
 def _checked(response: Any, status: Status) -> dict[str, Any]:
     wanted = (status,) if isinstance(status, int) else status

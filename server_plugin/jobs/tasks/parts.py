@@ -190,6 +190,11 @@ def part_notes(messages: Sequence[ChatMessage], characters: Sequence[CharacterRe
     return combine({k: _render(SECTIONS[k], messages, characters, kw) for k, kw in sections.items()})
 
 
+def section_prompt(prompt: Prompt, key: str) -> Prompt:
+    """The prompt one section of a combined prompt was made from."""
+    return Prompt.from_payload(prompt.inputs["sections"][key])
+
+
 def _parse(inputs: dict[str, Any], data: dict[str, Any], answer: str) -> PartNotes:
     report = answers.current()
     results, fell_back, reports, copied = {}, [], {}, set()
