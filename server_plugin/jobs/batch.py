@@ -71,7 +71,9 @@ def gather(svc: Services, leader: queue.Job, handler: queue.Handler, prompt: Pro
         return [Member(leader, handler, prompt, prompt.task)]
     taken: set[str] = set()
     members = [Member(leader, handler, prompt, _key(prompt, taken))]
-    joinable = set(joinable_kinds(svc)) & set(kinds if kinds is not None else joinable_kinds(svc))
+    joinable = set(joinable_kinds(svc))
+    if kinds is not None:
+        joinable &= set(kinds)
     chosen: list[tuple[Any, queue.Handler, Prompt]] = []
     # A job's prompt is built now, ahead of its turn: never ahead of a pending job that writes what
     # it reads (`Handler.feeds`: a sheet drafted at the session end is in the sheet updates' prompt).
@@ -142,8 +144,7 @@ def _report(whole: Report, notes: parts.PartNotes, key: str) -> Report:
 
 def _why(notes: parts.PartNotes, key: str) -> str:
     """In plain words, why a member's section fell back."""
-    said = next((n for n in notes.reports.get(key, Report()).dropped if "could not be used" in n), "")
-    reason = said.split(" could not be used ", 1)[-1].split(": made from", 1)[0].strip(" ()")
+    reason = notes.reasons.get(key, "")
     return (f"The shared answer's \"{key}\" section could not be used"
             + (f" ({reason})" if reason else "") + ", so this result was made from the text itself.")
 

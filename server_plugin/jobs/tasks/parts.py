@@ -68,6 +68,7 @@ class PartNotes:
     sections: dict[str, Any]
     fell_back: tuple[str, ...] = ()  # sections whose part of the answer could not be used
     reports: dict[str, answers.Report] = field(default_factory=dict)  # each section's own notes
+    reasons: dict[str, str] = field(default_factory=dict)  # why each fell-back section could not be used
     copied: frozenset[str] = frozenset()  # those notes as the whole answer's report holds them
 
 
@@ -197,21 +198,22 @@ def section_prompt(prompt: Prompt, key: str) -> Prompt:
 
 def _parse(inputs: dict[str, Any], data: dict[str, Any], answer: str) -> PartNotes:
     report = answers.current()
-    results, fell_back, reports, copied = {}, [], {}, set()
+    results, fell_back, reports, reasons, copied = {}, [], {}, {}, set()
     for key, payload in inputs["sections"].items():
-        section_prompt = Prompt.from_payload(payload)
-        task = _tasks()[section_prompt.task]
+        own_prompt = Prompt.from_payload(payload)
+        task = _tasks()[own_prompt.task]
         part = data.get(key)
         # Each section notes into its own report, so each job's result says what its part lost.
         with answers.reporting(answers.Report()) as own:
             try:
                 if not isinstance(part, dict):
                     raise PromptParseError(task.name, f"the answer has no \"{key}\" section", answer)
-                results[key] = task.parse_data(section_prompt.inputs, part, answer)
+                results[key] = task.parse_data(own_prompt.inputs, part, answer)
             except PromptParseError as e:
                 own.dropped.append(f"section {key} could not be used ({e.reason}): made from the text itself")
-                results[key] = task.fallback(section_prompt, None)
+                results[key] = task.fallback(own_prompt, None)
                 fell_back.append(key)
+                reasons[key] = e.reason
         reports[key] = own
         changed = [f"{key}: {note}" for note in own.changed]
         dropped = own.dropped if key in fell_back else [f"{key}: {note}" for note in own.dropped]
@@ -221,7 +223,7 @@ def _parse(inputs: dict[str, Any], data: dict[str, Any], answer: str) -> PartNot
     if len(fell_back) == len(results):
         raise PromptParseError("part_notes", "no section of the answer could be used: "
                                + "; ".join(report.dropped[-3:]), answer)
-    return PartNotes(results, tuple(fell_back), reports, frozenset(copied))
+    return PartNotes(results, tuple(fell_back), reports, reasons, frozenset(copied))
 
 
 def _fallback(prompt: Prompt, counter: TokenCounter | None) -> PartNotes:
