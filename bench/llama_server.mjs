@@ -5,8 +5,12 @@
 // local server); a client that goes away stops its generation.
 //
 //   npm install --prefix DIR node-llama-cpp@3.22.1
-//   node bench/llama_server.mjs --modules DIR --model X.gguf --port 8080 [--ctx 8192] [--threads 2]
+//   node bench/llama_server.mjs --modules DIR --model X.gguf --port 8080 [--ctx 8192] [--threads 2] [--log FILE]
+//
+// `--log FILE` appends one JSON line per completion (the messages asked, the answer, its finish,
+// usage and seconds), to see what a real model made of each prompt.
 
+import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -69,6 +73,14 @@ async function complete(body, onText, signal) {
     }
 }
 
+/** One line of `--log`: what was asked and what the model answered. */
+function record(body, out, started) {
+    if (!args.log) return;
+    const line = { at: new Date().toISOString(), seconds: (Date.now() - started) / 1000, messages: body.messages,
+        max_tokens: body.max_tokens, response_format: body.response_format?.type, answer: out.text, finish: out.finish, usage: out.usage };
+    fs.appendFileSync(args.log, JSON.stringify(line) + '\n');
+}
+
 function send(res, status, value) {
     res.writeHead(status, { 'Content-Type': 'application/json' });
     res.end(JSON.stringify(value));
@@ -85,10 +97,12 @@ http.createServer((req, res) => {
         queue = queue.then(async () => {
             if (abort.signal.aborted) return;
             const body = JSON.parse(raw || '{}');
+            const started = Date.now();
             const base = { id: `chatcmpl-${Date.now()}`, model: name, created: Math.floor(Date.now() / 1000) };
             try {
                 if (!body.stream) {
                     const out = await complete(body, undefined, abort.signal);
+                    record(body, out, started);
                     return send(res, 200, { ...base, object: 'chat.completion', usage: out.usage,
                         choices: [{ index: 0, message: { role: 'assistant', content: out.text }, finish_reason: out.finish }] });
                 }
@@ -96,6 +110,7 @@ http.createServer((req, res) => {
                 const chunk = (delta, finish = null, extra = {}) => res.write(`data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', ...extra,
                     choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`);
                 const out = await complete(body, (text) => chunk({ content: text }), abort.signal);
+                record(body, out, started);
                 chunk({}, out.finish, { usage: out.usage });
                 res.end('data: [DONE]\n\n');
             } catch (error) {

@@ -15,7 +15,7 @@ dropped by the grounding check (from the jobs' results), how many proposals rest
 (every name and number of the text, the title and each trigger found in the cited messages), and
 which grown entries fire in a later turn.
 
-    .venv/bin/python bench/lore_growth.py [--url http://127.0.0.1:8080/v1 --model NAME] [--review]
+    .venv/bin/python bench/lore_growth.py [--url http://127.0.0.1:8080/v1 --model NAME [--json-mode json_schema]] [--review]
 """
 
 from __future__ import annotations
@@ -96,6 +96,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--url", help="an OpenAI-compatible endpoint (default: extractive, no model)")
     ap.add_argument("--model", default="local")
+    ap.add_argument("--json-mode", default="off", choices=("off", "json_object", "json_schema"),
+                    help="llm_json_mode (json_schema: llama.cpp holds the answer to each task's shape)")
     ap.add_argument("--review", action="store_true", help="proposals wait; the bench accepts or rejects them")
     args = ap.parse_args()
     data = Path(tempfile.mkdtemp(prefix="chronicler-lore-bench-"))
@@ -103,7 +105,8 @@ def main() -> None:
               "lore_growth_review": "review" if args.review else "apply",
               "live_window_max_messages": 50, "deep_memory_min_new_messages": 10_000}
     if args.url:
-        values.update(llm_mode="openai", llm_url=args.url, llm_model=args.model, llm_read_timeout=600)
+        values.update(llm_mode="openai", llm_url=args.url, llm_model=args.model, llm_read_timeout=600,
+                      llm_json_mode=args.json_mode)
     else:
         values.update(llm_mode="extractive")
     settings = load_settings(values, environ={})
@@ -136,7 +139,8 @@ def main() -> None:
     cards = next((b["text"] for b in out["blocks"] if b["section"] == "story_cards"), "")
     lore = call(client, "GET", "/v1/lore?chat_id=bench")["lore"]
     grown = [e for e in lore if e["sources"]]
-    print(f"mode: {'openai ' + args.model if args.url else 'extractive'}{' + review' if args.review else ''}")
+    print(f"mode: {'openai ' + args.model + ', json ' + args.json_mode if args.url else 'extractive'}"
+          f"{' + review' if args.review else ''}")
     print(f"jobs: {len(results)} lore_growth, states {sorted({j['state'] for j in results})}")
     print(f"proposals: {len(proposals)}; applied at once: {sum(p['state'] == 'applied' and p['reason'] == '' for p in proposals)}; "
           f"waiting for review: {sum(p['reason'] == 'review' for p in proposals)}; "

@@ -12,6 +12,7 @@ repository (a folder under /work/bench_cache, never a dependency of the product)
     nice python bench/real_model.py --model /work/bench_cache/models/X.gguf \\
         --llama-python /work/bench_cache/llama_venv/bin/python [--messages 104]
     nice python bench/real_model.py --model X.gguf --node-llama /work/bench_cache/nodellama
+    nice python bench/real_model.py --url http://127.0.0.1:8080/v1 --json-mode json_schema
 
 `--node-llama DIR`: instead of llama-cpp-python (no wheel here; its build from source takes hours on
 a loaded 2-core machine), llama.cpp through node-llama-cpp's prebuilt binaries
@@ -237,12 +238,16 @@ def main() -> None:
                         help="the recording fake model instead (checks this script, measures nothing)")
     parser.add_argument("--llama-python", default="/work/bench_cache/llama_venv/bin/python")
     parser.add_argument("--node-llama", help="a folder with node-llama-cpp installed: serve the model with it")
+    parser.add_argument("--url", help="an OpenAI-compatible server already running (its /v1 URL) instead")
+    parser.add_argument("--json-mode", default="off", choices=("off", "json_object", "json_schema"),
+                        help="the sidecar's llm_json_mode (json_schema: llama.cpp holds the answer to each task's shape)")
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--ctx", type=int, default=8192)
     parser.add_argument("--budget", type=float, default=5400.0, help="most seconds to wait for the jobs")
     args = parser.parse_args()
-    if not args.fake and not args.model:
-        parser.error("--model or --fake is needed")
+    if not args.fake and not args.model and not args.url:
+        parser.error("--model, --url or --fake is needed")
+    os.environ["CHRONICLER_LLM_JSON_MODE"] = args.json_mode
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         if args.fake:
@@ -251,6 +256,8 @@ def main() -> None:
             fake = FakeLLM().start()
             fake.responder = respond
             llama, model_url = None, fake.url
+        elif args.url:
+            llama, model_url = None, args.url
         else:
             log = os.path.join(tmp, "llama.log")
             llama, model_url = (start_node_llama(args.node_llama, args.model, log, args.ctx) if args.node_llama
@@ -266,14 +273,15 @@ def main() -> None:
                 jobs = s.get(f"{base}/jobs", params={"chat_id": CHAT, "limit": 10000}).json()["jobs"]
                 stats = s.get(f"{base}/jobs/stats", params={"chat_id": CHAT}).json()
                 stored = check_stored(s, base, sent)
-                print(f"model {Path(args.model).name if args.model else 'fake'}, {len(sent)} messages")
+                print(f"model {Path(args.model).name if args.model else args.url or 'fake'}, "
+                      f"json mode {args.json_mode}, {len(sent)} messages")
                 report(jobs, stats, stored, time.monotonic() - t0)
             finally:
                 stop(sidecar)
         finally:
             if llama is not None:
                 stop(llama)
-            else:
+            elif args.fake:
                 fake.stop()
 
 

@@ -116,6 +116,8 @@ LLM_WORK = [
     _s("llm_retry_after_max", float, 120.0, "Longest Retry-After a worker waits inline; longer ones go back to the queue.", 0),
     _s("llm_json_mode", str, "off", "response_format sent to the model: off, json_object or json_schema.",
        choices=("off", "json_object", "json_schema")),
+    _s("llm_answer_base_tokens", int, 300, "A model's answer may run to this many tokens per task in the call, plus a share of what it reads (llm_answer_tokens_per_message_token); 0: each task's own cap only.", 0),
+    _s("llm_answer_tokens_per_message_token", float, 1.5, "Answer tokens allowed per token of the messages a job shows the model, on top of llm_answer_base_tokens.", 0),
     _s("llm_concurrency", int, 1, "Model calls that may run at once, worker and extension together (local servers need 1).", 1),
     _s("llm_min_gap_seconds", float, 0.0, "Least time between the starts of two model calls (for rate-limited services).", 0),
     _s("llm_daily_token_cap", int, 0, "Model tokens (read and written) background jobs may use per day, UTC; 0: no cap. Jobs wait when it is reached.", 0),

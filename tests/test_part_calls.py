@@ -247,3 +247,28 @@ def test_mj1_client_mode_a_refused_answer_or_a_failure_sends_every_job_back(api,
     assert sorted(again["shared_with"]) == sorted(job["shared_with"])
     expect_ok(api.post(f"/v1/jobs/{again['id']}/fail", json={"error": "the model is busy"}), 200, "job.response")
     assert all(r["state"] == "pending" for r in model_jobs(services))
+
+
+def test_mj2_an_answer_is_capped_by_what_it_reads(api, services, fake):
+    """rule MJ2: a shared call asks for at most `llm_answer_base_tokens` per section plus
+    `llm_answer_tokens_per_message_token` per token shown, not the sum of every task's longest
+    answer, so a model that loops stops early; the answer is still used."""
+    pier(api)
+    drain(services)
+    body = fake.completions()[0]
+    settings = services.settings
+    sections = len(SESSION_END)
+    shown = services.tokens.count("\n".join(text for _, _, text in PIER))
+    assert body["max_tokens"] <= sections * settings.llm_answer_base_tokens + \
+        int(shown * settings.llm_answer_tokens_per_message_token) + 10
+    assert all(r["state"] == "done" for r in model_jobs(services))
+    assert all(v["model"]["answer"] == "first_try" for v in results(services).values())
+
+
+@pytest.mark.parametrize("overrides", [{**QUIET, "llm_answer_base_tokens": 0}], indirect=True)
+def test_mj2_the_answer_cap_can_be_turned_off(api, services, fake):
+    """rule MJ2: with `llm_answer_base_tokens` 0 each task's own cap is sent (their sum)."""
+    pier(api)
+    drain(services)
+    body = fake.completions()[0]
+    assert body["max_tokens"] > len(SESSION_END) * 300

@@ -9,12 +9,17 @@ job's result says why (`Outcome.error`). A call that never reached the model (no
 429, a server still loading) raises instead: the queue backs off and tries later.
 
 Costs are counted for every call: the API's `usage` when given, else our own token count.
+
+An answer never needs to be much longer than what it reads: `fit_answer` caps a prompt's answer at
+a base per task in the call plus a share of the messages shown (settings `llm_answer_base_tokens`,
+`llm_answer_tokens_per_message_token`), so a small local model that loops stops early instead of
+writing the sum of every task's longest answer (11,505 tokens for a 5-message session end).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..core.tokens import get_counter
@@ -24,6 +29,7 @@ from .tasks.base import PromptParseError
 from .tasks.registry import task_of
 
 if TYPE_CHECKING:
+    from ..settings import Settings
     from .tasks.base import Prompt
 
 TRIES = 2  # every model job: the first try and one retry, timeouts included
@@ -52,6 +58,20 @@ class Outcome:
         if self.shared_with:
             out["shared_call"] = list(self.shared_with)
         return out
+
+
+def fit_answer(prompt: Prompt, settings: Settings) -> Prompt:
+    """The prompt with its answer capped by what it reads: `llm_answer_base_tokens` per task in
+    the call (the sections of a shared call) plus `llm_answer_tokens_per_message_token` for each
+    token of the messages shown; never more than the prompt's own cap. 0 as the base turns it off."""
+    base = settings.llm_answer_base_tokens
+    messages = prompt.inputs.get("messages")
+    if base <= 0 or not isinstance(messages, list):
+        return prompt
+    tasks = max(1, len(prompt.inputs.get("sections") or {}))
+    shown = get_counter().count("\n".join(str(m.get("text") or "") for m in messages if isinstance(m, dict)))
+    cap = tasks * base + int(shown * settings.llm_answer_tokens_per_message_token)
+    return prompt if cap >= prompt.max_tokens else replace(prompt, max_tokens=cap)
 
 
 def count_messages(messages: list[dict[str, Any]]) -> int:

@@ -105,7 +105,8 @@ def _execute(svc: Services, job: queue.Job) -> None:
                     members = batch.gather(svc, job, handler, prompt)
                     if len(members) > 1:
                         return _execute_shared(svc, members, backend)
-                outcome = calls.run_job_prompt(prompt, backend, json_mode=svc.settings.llm_json_mode,
+                outcome = calls.run_job_prompt(calls.fit_answer(prompt, svc.settings), backend,
+                                               json_mode=svc.settings.llm_json_mode,
                                                temperature=svc.settings.llm_temperature)
                 result = outcome.result
                 if backend is None:
@@ -123,7 +124,8 @@ def _execute(svc: Services, job: queue.Job) -> None:
 def _execute_shared(svc: Services, members: list[batch.Member], backend: llm.Backend) -> None:
     """Jobs that read the same part: one model call, then each job stores its own section."""
     try:
-        outcome = calls.run_job_prompt(batch.combined(members), backend, json_mode=svc.settings.llm_json_mode,
+        prompt = calls.fit_answer(batch.combined(members), svc.settings)
+        outcome = calls.run_job_prompt(prompt, backend, json_mode=svc.settings.llm_json_mode,
                                        temperature=svc.settings.llm_temperature)
     except Exception as exc:  # the call never happened (or broke): every member tries again later
         if not isinstance(exc, llm.LLMError):
@@ -199,6 +201,7 @@ def claim(svc: Services, kinds: list[str] | None = None, chat_id: str | None = N
         members = batch.gather(svc, job, handler, prompt, by="client", kinds=wanted)
         if len(members) > 1:
             prompt = batch.combined(members)
+        prompt = calls.fit_answer(prompt, svc.settings)
         with svc.db.write() as conn:
             row = queue.store_prompt(conn, job.id, prompt.to_payload())
             for member in members[1:]:

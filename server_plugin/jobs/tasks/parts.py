@@ -172,8 +172,10 @@ def combine(prompts: dict[str, Prompt]) -> Prompt:
               + "\n\n".join(parts))
     user = (render_characters(characters) + "\n\n" if characters else "") + \
         ("\n\n".join(extras) + "\n\n" if extras else "") + "Messages:\n" + render_messages(messages)
+    # Every section is required: a model held to this schema (llm_json_mode json_schema) then
+    # writes each one, instead of nesting the next section inside the one before.
     schema = {"type": "object", "properties": {k: p.json_schema for k, p in prompts.items()},
-              "additionalProperties": True}
+              "required": list(prompts), "additionalProperties": True}
     return make_prompt("part_notes", system, user, sum(p.max_tokens for p in prompts.values()),
                        {"messages": dump(messages), "characters": dump(characters),
                         "sections": {k: p.to_payload() for k, p in prompts.items()}}, schema)
