@@ -24,6 +24,7 @@ import argparse
 import json
 import sys
 import tempfile
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -141,7 +142,10 @@ def main() -> None:
     grown = [e for e in lore if e["sources"]]
     print(f"mode: {'openai ' + args.model + ', json ' + args.json_mode if args.url else 'extractive'}"
           f"{' + review' if args.review else ''}")
-    print(f"jobs: {len(results)} lore_growth, states {sorted({j['state'] for j in results})}")
+    answers = [((j.get("result") or {}).get("model") or {}).get("answer", "extractive") for j in results]
+    print(f"jobs: {len(results)} lore_growth, states {sorted({j['state'] for j in results})}; "
+          f"the model's answer used in {sum(a in ('first_try', 'retry') for a in answers)} "
+          f"({', '.join(f'{k} {v}' for k, v in sorted(Counter(answers).items()))})")
     print(f"proposals: {len(proposals)}; applied at once: {sum(p['state'] == 'applied' and p['reason'] == '' for p in proposals)}; "
           f"waiting for review: {sum(p['reason'] == 'review' for p in proposals)}; "
           f"waiting, protected: {sum(p['reason'] == 'protected' for p in proposals)}")

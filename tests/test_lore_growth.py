@@ -67,6 +67,27 @@ def test_sw7a_parser_keeps_new_entries_and_maps_a_repeated_title_or_trigger_to_a
     assert out.proposals[2].lore_id == "l_h" and out.dropped == ()
 
 
+def test_sw7a_an_update_that_repeats_the_entry_unchanged_is_dropped():
+    """rule SW7a: an "update" whose text is the entry's own changes nothing: it is dropped and
+    noted, not proposed (a small model repeats the listed entries back)."""
+    out = parse(task(), [entry(HARBOUR.title, " the harbour of Veyra has 3 piers. ", ["harbour"], label="e1"),
+                         entry("Veyra", "Veyra is a walled port city of white stone.", ["Veyra"])])
+    assert [p.title for p in out.proposals] == ["Veyra"]
+    assert out.dropped == ("The Harbour: its text is the entry's own (nothing changed)",)
+
+
+def test_mj2_sw7a_an_entry_named_for_its_label_is_read_and_a_bad_entry_drops_alone():
+    """rules MJ2, SW7a: an entry given by its title instead of its label (as small models do) is
+    read as that label; an entry citing a label never shown is dropped alone, the others kept."""
+    out = parse(task(), [
+        entry("Harbour of Veyra", "The harbour of Veyra has 3 piers; the ferry docks there.", ["harbour"],
+              label="The Harbour"),
+        entry("Glass Hall", "Where the Council of Nine meets.", ["Glass Hall"], label="e4"),
+        entry("Veyra", "Veyra is a walled port city of white stone.", ["Veyra"])])
+    assert [(p.title, p.lore_id) for p in out.proposals] == [("Harbour of Veyra", "l_h"), ("Veyra", None)]
+    assert len(out.dropped) == 1 and out.dropped[0].startswith("Glass Hall: 'e4' is not one of the lore entry labels")
+
+
 def test_sw7b_invented_names_and_numbers_are_dropped():
     """rule SW7b: a text naming someone the sources never name, or a number they never state, is
     dropped and noted; a trigger not in the sources is dropped alone; the rest is kept."""

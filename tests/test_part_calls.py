@@ -249,6 +249,32 @@ def test_mj1_client_mode_a_refused_answer_or_a_failure_sends_every_job_back(api,
     assert all(r["state"] == "pending" for r in model_jobs(services))
 
 
+@pytest.mark.parametrize("overrides", [{"llm_mode": "client"}], indirect=True)
+def test_mj1_client_mode_a_store_that_fails_is_said_as_itself(api, services, monkeypatch):
+    """When storing the leader's section fails (here: a bug), `complete` answers 500 with the
+    error envelope, not 409 "rolled back or reclaimed"; the leader's attempt is recorded as failed
+    (back in the queue, its error kept) and the other jobs of the call are stored."""
+    from server_plugin.jobs import queue as job_queue
+    pier(api)
+    drain(services)
+    job = expect_ok(api.post("/v1/jobs/claim", json={}), 200, "job_claim.response")["job"]
+    real = job_queue.mark_done
+
+    def broken(svc, conn, job_id, result):
+        if job_id == job["id"]:
+            raise RuntimeError("the leader's store broke")
+        return real(svc, conn, job_id, result)
+
+    monkeypatch.setattr(job_queue, "mark_done", broken)
+    expect_error(api.post(f"/v1/jobs/{job['id']}/complete",
+                          json={"text": Answers()(as_body(job["request"])), "attempt": job["attempt"]}),
+                 500, "internal_error")
+    rows = {r["id"]: r for r in model_jobs(services)}
+    assert rows[job["id"]]["state"] == "pending"
+    assert "the leader's store broke" in rows[job["id"]]["error"]
+    assert all(r["state"] == "done" for i, r in rows.items() if i != job["id"])
+
+
 def test_mj2_an_answer_is_capped_by_what_it_reads(api, services, fake):
     """rule MJ2: a shared call asks for at most `llm_answer_base_tokens` per section plus
     `llm_answer_tokens_per_message_token` per token shown, not the sum of every task's longest

@@ -137,17 +137,38 @@ def _execute_shared(svc: Services, members: list[batch.Member], backend: llm.Bac
     _finish_shared(svc, members, outcome)
 
 
-def _finish_shared(svc: Services, members: list[batch.Member], outcome: calls.Outcome) -> bool:
-    """Each job of a shared call stores its own section; whether the first (the leader) did."""
-    stored = []
+def _finish_shared(svc: Services, members: list[batch.Member], outcome: calls.Outcome) -> bool | Exception:
+    """Each job of a shared call stores its own section. Returns what became of the first (the
+    leader): True stored, False no longer ours, or the exception its store raised (recorded)."""
+    stored: list[bool | Exception] = []
     for member, result, share in batch.split(members, outcome):
         try:
             stored.append(_finish(svc, member.job, member.handler, result, share))
         except Exception as exc:  # one job's store failing leaves the others stored
             log.exception("job %s (%s) failed", member.job.id, member.job.kind)
             fail_attempt(svc, member.job, exc)
-            stored.append(False)
+            stored.append(exc)
     return stored[0]
+
+
+def _finish_client(svc: Services, job: queue.Job, handler: queue.Handler, members: list[batch.Member],
+                   result: Any, outcome: calls.Outcome) -> None:
+    """Store the extension's answer (for every job of its call); a store that failed is recorded
+    on the job and raised as itself (a full disk is 507, a bug 500), never as a lost lease."""
+    if members:
+        outcome.result = result
+        done = _finish_shared(svc, members, outcome)
+    else:
+        try:
+            done = _finish(svc, job, handler, result, outcome)
+        except Exception as exc:
+            log.exception("job %s (%s) failed", job.id, job.kind)
+            fail_attempt(svc, job, exc)
+            raise
+    if isinstance(done, Exception):
+        raise done
+    if not done:
+        raise Conflict("job_not_running", f"Job {job.id} was rolled back or reclaimed meanwhile.")
 
 
 def _step_aside(svc: Services) -> None:
@@ -251,13 +272,7 @@ def complete(svc: Services, job_id: str, text: str, attempt: int | None = None) 
         outcome.answer, outcome.error = "fallback", (
             "The model's answer could not be used after two tries, so this result was made from "
             f"the text itself. Last try: {exc.reason}")
-    if members:
-        outcome.result = result
-        done = _finish_shared(svc, members, outcome)
-    else:
-        done = _finish(svc, job, handler, result, outcome)
-    if not done:
-        raise Conflict("job_not_running", f"Job {job_id} was rolled back or reclaimed meanwhile.")
+    _finish_client(svc, job, handler, members, result, outcome)
     return queue.get(svc, job_id)
 
 

@@ -29,6 +29,7 @@ from .base import (
     ChatMessage,
     Labels,
     Prompt,
+    PromptParseError,
     Task,
     checked_text,
     dump,
@@ -198,15 +199,23 @@ def parse_entries(inputs: dict[str, Any], raw_entries: list[dict[str, Any]], ans
     entries = _entries_from(inputs)
     by_id = {e.id: e for e in entries}
     mlabels = Labels(TASK, answer, "m", [m.id for m in messages], "message")
-    elabels = Labels(TASK, answer, "e", [e.id for e in entries], "lore entry")
+    elabels = Labels(TASK, answer, "e", [e.id for e in entries], "lore entry",
+                     names={f"e{i + 1}": (e.title,) for i, e in enumerate(entries)})
     texts = {m.id: m.text for m in messages}
     out: list[LoreProposal] = []
     dropped: list[str] = []
     for raw in raw_entries:
-        title = checked_text(TASK, answer, raw["title"], "an entry's title", TITLE_MAX_CHARS)
-        text = checked_text(TASK, answer, raw["text"], f"{title}'s text", inputs["text_max_chars"])
-        sources = mlabels.many(raw["sources"], nonempty=True, field_name=f"{title}'s sources")
-        target_id = elabels.one(raw["entry"]) if raw.get("entry") else repeated(title, raw["triggers"], entries)
+        try:  # one malformed entry is dropped alone (MJ2), the others are kept
+            title = checked_text(TASK, answer, raw["title"], "an entry's title", TITLE_MAX_CHARS)
+            text = checked_text(TASK, answer, raw["text"], f"{title}'s text", inputs["text_max_chars"])
+            sources = mlabels.many(raw["sources"], nonempty=True, field_name=f"{title}'s sources")
+            target_id = elabels.one(raw["entry"]) if raw.get("entry") else repeated(title, raw["triggers"], entries)
+        except PromptParseError as e:
+            dropped.append(f"{str(raw.get('title') or '?').strip()}: {e.reason}")
+            continue
+        if target_id and fold(text) == fold(by_id[target_id].text):
+            dropped.append(f"{title}: its text is the entry's own (nothing changed)")
+            continue
         triggers = _grounded(raw, by_id.get(target_id) if target_id else None,
                              [texts[s] for s in sources], inputs, dropped)
         if triggers is None:
