@@ -4,8 +4,10 @@ Takes a copy of a store filled by `assemble_latency.py --keep DIR` (the 10,000-m
 serves it in this process with the job worker on, asks for every rolling summary to be rebuilt
 (`POST /v1/chats/{id}/summaries/rebuild`: about 1,250 jobs), then sends a context call every
 `--gap` seconds (as turns come, but faster) and times those answered while jobs were pending.
-Prints their p50/p95/max, how long the backlog took to drain, and the time of each step of
-`context.build` (p50/p95) — in process, through Flask's test client (no HTTP).
+Prints their p50/p95/max against the same calls' before the backlog (idle), how long the backlog
+took to drain, and the time of each step of `context.build` (p50/p95, idle and busy), with the CPU
+time of the thread that answered: wall time above it is time the call waited (for the
+interpreter, a lock or a core) — in process, through Flask's test client (no HTTP).
 
     .venv/bin/python bench/assemble_latency.py --keep /tmp/ctx_bench     # once, fills the store
     .venv/bin/python bench/context_backlog.py --store /tmp/ctx_bench [--calls 190] [--gap 0.05]
@@ -74,16 +76,19 @@ class Timings:
         return self
 
     def table(self) -> None:
-        """Print each step's p50/p95 wall time idle and busy, and its mean CPU time busy."""
+        """Print each step's p50/p95 wall time and mean wall/CPU time, idle and busy."""
         names = sorted(STEPS, key=lambda n: -sum(self.wall.get(("busy", n), [0])))
-        print("  step            idle p50/p95 ms    busy p50/p95 ms   busy mean wall/cpu ms")
+        print("  step            idle p50/p95 ms   mean wall/cpu    busy p50/p95 ms   mean wall/cpu")
         for name in names:
-            idle, busy = self.wall.get(("idle", name), []), self.wall.get(("busy", name), [])
-            cpu = self.cpu.get(("busy", name), [])
-            if idle and busy:
-                print(f"  {name:15s} {pct(idle, .5):6.1f} {pct(idle, .95):6.1f}     "
-                      f"{pct(busy, .5):6.1f} {pct(busy, .95):6.1f}     "
-                      f"{sum(busy) / len(busy):6.1f} {sum(cpu) / len(cpu):6.1f}")
+            row = []
+            for phase in ("idle", "busy"):
+                wall, cpu = self.wall.get((phase, name), []), self.cpu.get((phase, name), [])
+                if not wall:
+                    break
+                row.append(f"{pct(wall, .5):6.1f} {pct(wall, .95):6.1f}    "
+                           f"{sum(wall) / len(wall):6.1f} {sum(cpu) / len(cpu):6.1f}")
+            if len(row) == 2:
+                print(f"  {name:15s} {row[0]}     {row[1]}")
 
 
 def timed_call(client, body: dict, headers: dict) -> tuple[float, float]:
