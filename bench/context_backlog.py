@@ -4,8 +4,10 @@ Takes a copy of a store filled by `assemble_latency.py --keep DIR` (the 10,000-m
 serves it in this process with the job worker on, asks for every rolling summary to be rebuilt
 (`POST /v1/chats/{id}/summaries/rebuild`: about 1,250 jobs), then sends a context call every
 `--gap` seconds (as turns come, but faster) and times those answered while jobs were pending.
-Prints their p50/p95/max, how long the backlog took to drain, and the time of each step of
-`context.build` (p50/p95) — in process, through Flask's test client (no HTTP).
+Prints their p50/p95/max against the same calls' before the backlog (idle), how long the backlog
+took to drain, and the time of each step of `context.build` (p50/p95, idle and busy), with the CPU
+time of the thread that answered: wall time above it is time the call waited (for the
+interpreter, a lock or a core) — in process, through Flask's test client (no HTTP).
 
     .venv/bin/python bench/assemble_latency.py --keep /tmp/ctx_bench     # once, fills the store
     .venv/bin/python bench/context_backlog.py --store /tmp/ctx_bench [--calls 190] [--gap 0.05]
@@ -47,26 +49,73 @@ STEPS = {"build": context, "query_vector": bank, "assemble": context, "story_sum
          "story_cards": context, "record_turn": context}
 
 
-def timed_steps() -> dict[str, list[float]]:
-    """Wrap the steps of context.build so each call's time per step is recorded (ms)."""
-    times: dict[str, list[float]] = collections.defaultdict(list)
-    for name, module in STEPS.items():
-        step = getattr(module, name)
+class Timings:
+    """The time of each step of context.build, per phase ("idle", "busy"): wall and CPU time of
+    the answering thread (ms). Wall minus CPU is time the step waited — for the interpreter,
+    a lock or a core — rather than worked."""
 
-        @functools.wraps(step)
-        def wrapper(*args, _step=step, _name=name, **kwargs):
-            started = time.perf_counter()
-            try:
-                return _step(*args, **kwargs)
-            finally:
-                times[_name].append((time.perf_counter() - started) * 1000)
-        setattr(module, name, wrapper)
-    return times
+    def __init__(self) -> None:
+        self.phase = "warm-up"
+        self.wall: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+        self.cpu: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+
+    def wrap(self) -> "Timings":
+        """Wrap the steps of context.build (once) so each call's times are recorded."""
+        for name, module in STEPS.items():
+            step = getattr(module, name)
+
+            @functools.wraps(step)
+            def wrapper(*args, _step=step, _name=name, **kwargs):
+                wall, cpu = time.perf_counter(), time.thread_time()
+                try:
+                    return _step(*args, **kwargs)
+                finally:
+                    self.wall[self.phase, _name].append((time.perf_counter() - wall) * 1000)
+                    self.cpu[self.phase, _name].append((time.thread_time() - cpu) * 1000)
+            setattr(module, name, wrapper)
+        return self
+
+    def table(self) -> None:
+        """Print each step's p50/p95 wall time and mean wall/CPU time, idle and busy."""
+        names = sorted(STEPS, key=lambda n: -sum(self.wall.get(("busy", n), [0])))
+        print("  step            idle p50/p95 ms   mean wall/cpu    busy p50/p95 ms   mean wall/cpu")
+        for name in names:
+            row = []
+            for phase in ("idle", "busy"):
+                wall, cpu = self.wall.get((phase, name), []), self.cpu.get((phase, name), [])
+                if not wall:
+                    break
+                row.append(f"{pct(wall, .5):6.1f} {pct(wall, .95):6.1f}    "
+                           f"{sum(wall) / len(wall):6.1f} {sum(cpu) / len(cpu):6.1f}")
+            if len(row) == 2:
+                print(f"  {name:15s} {row[0]}     {row[1]}")
+
+
+def timed_call(client, body: dict, headers: dict) -> tuple[float, float]:
+    """One context call: its wall time and the CPU time of the thread that answered it (ms)."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    client.post("/v1/context", json=body, headers=headers)
+    return (time.perf_counter() - wall) * 1000, (time.thread_time() - cpu) * 1000
 
 
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+def report(args: argparse.Namespace, idle: list[tuple[float, float]], busy: list[tuple[float, float]],
+           drained: float, counts: dict[str, int]) -> None:
+    """Print the idle and busy calls' wall p50/p95 (and CPU means), the ratio, the drain time."""
+    def line(calls: list[tuple[float, float]]) -> str:
+        wall = [w for w, _ in calls]
+        return (f"n={len(calls)} p50 {pct(wall, .5):.1f} ms, p95 {pct(wall, .95):.1f} ms, "
+                f"max {max(wall):.1f} ms; CPU of the answering thread mean {sum(c for _, c in calls) / len(calls):.1f} ms")
+    print(f"background_yield_calls {args.yield_calls}; idle context calls: {line(idle)}")
+    if busy:
+        ratio = pct([w for w, _ in busy], .95) / pct([w for w, _ in idle], .95)
+        print(f"context calls answered while jobs were pending: {line(busy)}")
+        print(f"p95 during the backlog / idle p95 {ratio:.2f} (target <= 1.3)")
+    print(f"backlog drained {drained:.1f} s after the rebuild; jobs {counts}")
 
 
 def main() -> int:
@@ -95,41 +144,33 @@ def main() -> int:
                 "generation_type": "normal", "memory_bank": True, "instructions": AL.sentence(rnd, 250),
                 "authors_note": AL.sentence(rnd, 40), "plot_essentials": AL.sentence(rnd, 120)}
         texts = AL.actions(rnd, args.calls + args.idle_calls + 10)
+        timings = Timings().wrap()
         for text in texts[:10]:  # warm up
             client.post("/v1/context", json={**body, "last_action": {"text": text}}, headers=headers)
-        idle: list[float] = []
+        timings.phase = "idle"
+        idle: list[tuple[float, float]] = []
         for text in texts[10:10 + args.idle_calls]:  # the same calls with no job pending
-            before = time.perf_counter()
-            client.post("/v1/context", json={**body, "last_action": {"text": text}}, headers=headers)
-            idle.append((time.perf_counter() - before) * 1000)
+            idle.append(timed_call(client, {**body, "last_action": {"text": text}}, headers))
             time.sleep(args.gap)
-        texts = texts[:10] + texts[10 + args.idle_calls:]
+        texts = texts[10 + args.idle_calls:]
         queued = client.post(f"/v1/chats/{AL.CHAT}/summaries/rebuild", json={}, headers=headers).get_json()
         print(f"rebuild: {queued.get('jobs_enqueued')} jobs queued; jobs {queue.counts(svc)}")
-        steps = timed_steps()
-        busy: list[float] = []
+        busy: list[tuple[float, float]] = []
         started, drained = time.perf_counter(), None
-        for text in texts[10:]:
+        for text in texts:
             pending = queue.counts(svc)["pending"] > 0
             if not pending and drained is None:
                 drained = time.perf_counter() - started
-            before = time.perf_counter()
-            client.post("/v1/context", json={**body, "last_action": {"text": text}}, headers=headers)
+            timings.phase = "busy" if pending else "after"
+            timed = timed_call(client, {**body, "last_action": {"text": text}}, headers)
             if pending:
-                busy.append((time.perf_counter() - before) * 1000)
+                busy.append(timed)
             time.sleep(args.gap)
         while drained is None and queue.counts(svc)["pending"]:
             time.sleep(0.2)
         drained = drained if drained is not None else time.perf_counter() - started
-        print(f"background_yield_calls {args.yield_calls}; idle context calls: n={len(idle)} "
-              f"p50 {pct(idle, .5):.1f} ms, p95 {pct(idle, .95):.1f} ms")
-        if busy:
-            print(f"context calls answered while jobs were pending: n={len(busy)} p50 {pct(busy, .5):.1f} ms, "
-                  f"p95 {pct(busy, .95):.1f} ms, max {max(busy):.1f} ms; p95 during the backlog / idle p95 "
-                  f"{pct(busy, .95) / pct(idle, .95):.2f} (target <= 1.3)")
-        print(f"backlog drained {drained:.1f} s after the rebuild; jobs {queue.counts(svc)}")
-        for name, values in sorted(steps.items(), key=lambda kv: -sum(kv[1])):
-            print(f"  {name:15s} p50 {pct(values, .5):6.1f} ms  p95 {pct(values, .95):6.1f} ms")
+        report(args, idle, busy, drained, queue.counts(svc))
+        timings.table()
         worker = app.extensions.get("chronicler_worker")
         if worker is not None:
             worker.stop()

@@ -11,11 +11,10 @@ user's first request.
 from __future__ import annotations
 
 import re
-import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import store_settings
+from . import priority, store_settings
 from .services import Services
 from .settings import Settings
 
@@ -39,7 +38,7 @@ class Stores:
         self.per_user = per_user
         self._open = open_store
         self._close = close_store
-        self._lock = threading.Lock()
+        self._lock = priority.Lock()
         self._stores: dict[str, Services] = {}
         self._changes: dict[str, dict[str, Any]] = {}
 

@@ -398,3 +398,25 @@ def test_only_the_store_picks_the_sqlite_library():
                        if p != SOURCE / "store" / "db.py" and "fixtures" not in p.parts
                        and direct.search(p.read_text(encoding="utf-8")))
     assert offenders == [], "take sqlite3 from server_plugin.store.db"
+
+
+# --- locks a paused background thread might hold ---------------------------------------------------
+# Raw threading locks allowed, each on purpose. path: why.
+RAW_LOCKS = {
+    "server_plugin/priority.py": "priority's own condition and the lock inside priority.Lock",
+    "server_plugin/store/db.py": "the write lock, whose holder is marked by priority.writing()",
+}
+
+
+def test_the_sidecars_locks_mark_their_holder():
+    """rule OP4: a background thread pauses at its calls while a request is in flight, unless it
+    holds something a request may wait for. So every lock of the sidecar is a priority.Lock (its
+    holder counts as holding) — except core/'s, which guard built-in operations only (no Python
+    call, hence no pause, while held), and those of RAW_LOCKS."""
+    raw = re.compile(r"threading\.(?:Lock|RLock|Semaphore|BoundedSemaphore)\(|threading\.Condition\(\)")
+    offenders = sorted(path_of(n) for n, p in modules().items()
+                       if raw.search(p.read_text(encoding="utf-8")) and path_of(n) not in RAW_LOCKS
+                       and not path_of(n).startswith(f"{PACKAGE}/core/"))
+    assert offenders == [], "use priority.Lock() (or say why in RAW_LOCKS)"
+    still = sorted(p for p in RAW_LOCKS if not raw.search((ROOT / p).read_text(encoding="utf-8")))
+    assert still == [], "no raw lock left there: take it off RAW_LOCKS"

@@ -3,6 +3,8 @@ counts the requests in flight and background work steps aside between its steps.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
 import time
 
@@ -118,36 +120,101 @@ def test_a_model_job_steps_aside_around_its_model_run(api, services, monkeypatch
     assert len(calls) == 2 * sum(bool(services.jobs.handler(j["kind"]).llm) for j in ran)
 
 
-def test_background_work_hands_the_interpreter_over_at_its_calls_while_a_request_is_answered(monkeypatch):
-    """rule OP4: with yield_calls, a background thread's Python calls give the interpreter up
-    (time.sleep(0)) only while a request is in flight; its tracer is removed when it leaves, and
-    a thread that is not background work is never traced."""
-    slept: list[float] = []
-    real_sleep = time.sleep
-    monkeypatch.setattr(priority.time, "sleep", lambda s: (slept.append(s), real_sleep(s)))
-    seen: dict[str, object] = {}
+class _Calls:
+    """A background thread that, after one step_aside, keeps calling a function of the sidecar's
+    own code (or `call`) and counts its calls, until told to stop."""
 
-    def work() -> None:
-        def step() -> int:
-            return 1
+    def __init__(self, budget: float = 30.0, call=None, around=None) -> None:
+        from server_plugin.core import tokens
+
+        self.count, self.budget = 0, budget
+        self.call = call or (lambda: tokens._segments("a b\nc d"))
+        self.around = around  # a context manager held around the calls (a lock)
+        self.ready, self.stop, self.seen = threading.Event(), threading.Event(), {}
+        self.thread = threading.Thread(target=self._work)
+
+    def _work(self) -> None:
         with priority.background(yield_calls=True):
-            seen["tracer"] = __import__("sys").gettrace()
-            for _ in range(50):
-                step()
-            seen["idle sleeps"] = len(slept)
-            with priority.serving():  # a request in flight (any thread's counts)
-                for _ in range(50):
-                    step()
-            seen["busy sleeps"] = len(slept) - seen["idle sleeps"]
-        seen["after"] = __import__("sys").gettrace()
+            self.seen["tracer"] = sys.gettrace()
+            priority.step_aside(self.budget)  # no request yet: it returns at once, with a budget
+            self.ready.set()
+            with self.around or contextlib.nullcontext():
+                while not self.stop.is_set():
+                    self.call()
+                    self.count += 1
+        self.seen["after"] = sys.gettrace()
 
-    thread = threading.Thread(target=work)
-    thread.start()
-    thread.join(30)
-    assert seen["tracer"] is priority._yield_call and seen["after"] is None
-    assert seen["idle sleeps"] == 0
-    assert seen["busy sleeps"] >= 50 and set(slept) == {0}
-    assert __import__("sys").gettrace() is not priority._yield_call  # this thread was never traced
+    def __enter__(self) -> "_Calls":
+        self.thread.start()
+        if not self.ready.wait(30):
+            self.__exit__()
+            raise AssertionError("the background thread did not start its calls")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+    def moves(self, seconds: float = 0.3) -> bool:
+        """Whether its count went on over the next `seconds` (by more than the one call it
+        may have been in when a request came)."""
+        before = self.count
+        time.sleep(seconds)
+        return self.count > before + 1
+
+
+def test_background_work_pauses_at_its_own_calls_while_a_request_is_answered():
+    """rule OP4: with yield_calls, a background thread pauses at its calls into the sidecar's own
+    code while a request is in flight, and goes on once it is answered; its tracer is removed
+    when it leaves, and a thread that is not background work is never traced."""
+    with _Calls() as calls:
+        assert calls.moves()  # no request: it runs
+        with priority.serving():
+            time.sleep(0.05)
+            assert not calls.moves()  # a request in flight (any thread's counts): it waits
+        assert calls.moves()
+    assert calls.seen["tracer"] is priority._yield_call and calls.seen["after"] is None
+    assert sys.gettrace() is not priority._yield_call  # this thread was never traced
+
+
+def test_the_pauses_within_a_step_are_bounded_by_its_budget():
+    """rule OP4: a steady stream of requests cannot starve a job's step: its pauses stop once
+    they took the budget step_aside gave it (then it runs beside the requests)."""
+    with priority.serving():
+        with _Calls(budget=0.2) as calls:
+            assert calls.moves(1.0)
+
+
+def test_background_work_never_pauses_holding_a_lock_or_in_third_party_code(services):
+    """rule OP4: a background thread holding the write lock, a sidecar lock (priority.Lock, which
+    a request may be waiting for) or the embedder's turn runs on while a request is in flight, and
+    so does one calling only third-party code (it may hold that code's own locks)."""
+    import json
+
+    for around, call in ((services.db.write(), None), (priority.Lock(), None), (priority.holding(), None),
+                         (None, lambda: json.dumps({"a": [1]}))):
+        with _Calls(around=around, call=call) as calls, priority.serving():
+            assert calls.moves()
+
+
+def test_a_priority_lock_marks_its_holder_as_holding():
+    """While a thread holds a priority.Lock (re-entrant or not) it counts as holding: step_aside
+    never waits then, and neither do the pauses at its calls."""
+    for lock in (priority.Lock(), priority.Lock(reentrant=True)):
+        assert not priority.is_holding()
+        with lock:
+            assert priority.is_holding()
+            if lock._lock.__class__ is not threading.Lock().__class__:
+                with lock:
+                    assert priority.is_holding()
+                assert priority.is_holding()
+        assert not priority.is_holding()
+    cond = threading.Condition(priority.Lock())  # the embedder's turns wait on one
+    with cond:
+        assert priority.is_holding() and not cond.wait(0.01)
+    assert not priority.is_holding()
+    with priority.serving(), priority.background(), priority.Lock():
+        assert priority.step_aside(30) == 0.0
 
 
 def test_the_worker_thread_yields_its_calls_unless_the_setting_says_not(services, monkeypatch):

@@ -73,3 +73,49 @@ def test_qs3_a_changed_line_of_a_long_text_keeps_the_count_exact():
     after = "\n".join(lines)
     for text in (before, after):
         assert get_counter().count(text) == len(get_counter()._enc.encode(text, disallowed_special=()))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(LINE, min_size=100, max_size=400), st.integers(min_value=1, max_value=1500))
+def test_qs3_cut_of_a_long_text_of_lines_equals_the_cut_of_its_whole_encoding(lines, max_tokens):
+    """rule QS3: a long text of lines (a story summary), whose head is made of its pieces' tokens,
+    is cut exactly as encoding all of it would cut it."""
+    text = "\n".join(lines) + "\n" + "Ayla crossed the river at dawn.\n" * 150  # always long
+    got = get_counter().truncate(text, max_tokens)
+    assert got == cut_by_whole_encoding(text, max_tokens)
+    assert get_counter().count(got) <= max_tokens
+
+
+class _Spy:
+    """An encoder that records how many characters it was asked to encode."""
+
+    def __init__(self, enc) -> None:
+        self.enc, self.chars = enc, 0
+
+    def encode(self, text: str, **kwargs):
+        self.chars += len(text)
+        return self.enc.encode(text, **kwargs)
+
+    def decode(self, ids):
+        return self.enc.decode(ids)
+
+
+def test_qs3_a_story_summary_changed_at_its_start_is_cut_again_encoding_only_its_changed_line():
+    """rule QS3 (OP4: a backlog of summary jobs changes the story summary before every turn): a
+    long text cut once is cut again after one of its first lines changed by encoding only that
+    line's pieces, not its whole head — and the cut is still the one of the whole encoding."""
+    from server_plugin.core.tokens import TokenCounter
+
+    counter = TokenCounter()
+    spy = counter._enc = _Spy(counter._enc)
+    lines = [f"Session {i}: Ayla met Bren at the {i}th bridge and said \"hold the rope\"." for i in range(2000)]
+    before = "\n".join(lines)
+    first = counter.truncate(before, 3000)
+    assert first == cut_by_whole_encoding(before, 3000)
+    lines[3] = "Session 3: the rope broke, and Bren fell into the river with the map."
+    after = "\n".join(lines)
+    spy.chars = 0
+    second = counter.truncate(after, 3000)
+    assert second == cut_by_whole_encoding(after, 3000)
+    assert second != first and counter.count(second) <= 3000
+    assert 0 < spy.chars < 400  # the changed line and the cut's last line, not 12,000 characters

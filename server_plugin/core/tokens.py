@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from functools import lru_cache
+from typing import Iterator
 
 import tiktoken
 
@@ -27,6 +28,9 @@ class TokenCounter:
         # The tokens of the heads of the last long texts cut (a story summary is cut every turn,
         # at a budget that moves with the last action).
         self._heads: OrderedDict[str, list[int]] = OrderedDict()
+        # The tokens of the pieces (_segments) of the long texts cut lately: a story summary that
+        # changed (a job finished during a backlog) is cut again encoding only its changed pieces.
+        self._pieces: OrderedDict[str, list[int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def _count_uncached(self, text: str) -> int:
@@ -83,6 +87,14 @@ class TokenCounter:
         known = self._heads.get(text)
         if known is not None and len(known) > max_tokens:
             return known
+        if len(text) > SEGMENT_CHARS:
+            by_pieces = self._head_by_pieces(text, max_tokens)
+            if by_pieces is not None:
+                return by_pieces
+        return self._head_by_prefix(text, max_tokens)
+
+    def _head_by_prefix(self, text: str, max_tokens: int) -> list[int]:
+        """`_head` by encoding a prefix of the text ended at a safe point, doubled until enough."""
         chars = max_tokens * HEAD_CHARS_PER_TOKEN + 64
         while chars < len(text):
             end = _safe_end(text, chars)
@@ -94,19 +106,53 @@ class TokenCounter:
             chars *= 2
         return self._enc.encode(text, disallowed_special=())
 
+    def _head_by_pieces(self, text: str, max_tokens: int) -> list[int] | None:
+        """`_head` of a long text from the tokens of its pieces (`_segments`: each encodes as it
+        does inside the whole text), those of pieces seen lately kept: when one summary of a
+        story summary changes, only the pieces around it are encoded again, not its whole head
+        (during a backlog of summary jobs that was most of a context call's extra time).
+        None when a piece is itself long (a text without lines): a prefix of it is encoded instead."""
+        ids: list[int] = []
+        for piece in _iter_segments(text):
+            if len(piece) > SEGMENT_CHARS:
+                return None
+            ids.extend(self._piece_ids(piece))
+            if len(ids) > max_tokens:
+                break
+        return ids
+
+    def _piece_ids(self, piece: str) -> list[int]:
+        with self._lock:
+            known = self._pieces.get(piece)
+            if known is not None:
+                self._pieces.move_to_end(piece)
+                return known
+        ids = self._enc.encode(piece, disallowed_special=())
+        with self._lock:
+            self._pieces[piece] = ids
+            while len(self._pieces) > RECENT_PIECES:
+                self._pieces.popitem(last=False)
+        return ids
+
 
 # English averages about 4 characters a token; starting a little above that rarely needs a second try.
 HEAD_CHARS_PER_TOKEN = 5
 RECENT_HEADS = 8  # long texts whose head tokens are kept
 TAIL_CHARS = 400  # how far back a word boundary is looked for (none: a longer head is encoded)
 SEGMENT_CHARS = 4000  # longer texts are counted line by line
+RECENT_PIECES = 4096  # pieces of long texts whose tokens are kept (a story summary's lines, ~2 MB)
 
 
 def _segments(text: str) -> list[str]:
     """`text` split after the first word of each line, where a letter meets a space: each piece
     encodes as it does inside the whole text (see TokenCounter._head), and a line added, edited
     or removed changes only the pieces around it."""
-    cuts = [0]
+    return list(_iter_segments(text))
+
+
+def _iter_segments(text: str) -> Iterator[str]:
+    """The pieces of `_segments`, in order, found as they are asked for (a cut reads only its head)."""
+    start = 0
     line = text.find("\n")
     while line >= 0:
         stop = text.find("\n", line + 1)
@@ -115,10 +161,10 @@ def _segments(text: str) -> list[str]:
         while space > 0 and not text[space - 1].isalpha():
             space = text.find(" ", space + 1, stop)
         if space > 0:
-            cuts.append(space)
+            yield text[start:space]
+            start = space
         line = text.find("\n", line + 1)
-    cuts.append(len(text))
-    return [text[a:b] for a, b in zip(cuts, cuts[1:])]
+    yield text[start:]
 
 
 def _safe_end(text: str, chars: int) -> int:

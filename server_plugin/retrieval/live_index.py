@@ -354,8 +354,8 @@ class SearchState:
 
     def __init__(self, svc: Services) -> None:
         self.svc = svc
-        self.lock = threading.Lock()
-        self._load_lock = threading.Lock()
+        self.lock = priority.Lock()
+        self._load_lock = priority.Lock()
         self.live: LiveIndex | None = None
         self.ready = threading.Event()
         self.wake = threading.Event()

@@ -26,7 +26,7 @@ class Prefetcher:
 
     def __init__(self, svc: Services) -> None:
         self.svc = svc
-        self._lock = threading.Lock()
+        self._lock = priority.Lock()
         self._pending: tuple[str, str] | None = None
         self._running = False
 

@@ -45,7 +45,7 @@ class Move:
     def __init__(self) -> None:
         self.thread: threading.Thread | None = None
         self.stopping = threading.Event()
-        self.lock = threading.Lock()
+        self.lock = priority.Lock()
         self.target: str | None = None
         self.source: str | None = None
         self.done = 0

@@ -63,7 +63,7 @@ class Database:
         self._write_lock = threading.RLock()
         self._local = threading.local()
         self._all_readers: list[Connection] = []
-        self._readers_lock = threading.Lock()
+        self._readers_lock = priority.Lock()
         self._writer = self._connect()
         self._writer.execute("PRAGMA journal_mode=WAL")
         # Bumped after every committed write: a cache keyed by it is never stale (one process
