@@ -88,6 +88,22 @@ def test_mj2_sw7a_an_entry_named_for_its_label_is_read_and_a_bad_entry_drops_alo
     assert len(out.dropped) == 1 and out.dropped[0].startswith("Glass Hall: 'e4' is not one of the lore entry labels")
 
 
+def test_sw7b_an_entry_citing_too_few_messages_rests_on_those_that_hold_its_names():
+    """rules SW7b, MJ2: a model that cites one message and writes from two: the message of the part
+    that holds the missing name joins the sources (noted), so the entry rests on them; a name no
+    message holds is still dropped."""
+    msgs = MESSAGES + [ChatMessage("a2", "Ayla", "Without a salt token the Harbour Watch turns you back.",
+                                   role="assistant", character_id="ayla.png")]
+    made = lore_growth(msgs, [], **limits("lore_growth"))
+    prompt = Prompt.from_payload(json.loads(json.dumps(made.to_payload())))
+    out = parse(prompt, [entry("Veyra", "Veyra is ruled by the Council of Nine; the Harbour Watch guards its gate.",
+                               ["Veyra", "Harbour Watch"], sources=("m2",)),
+                         entry("Stormkeep", "Stormkeep guards Veyra.", ["Stormkeep"], sources=("m2",))])
+    assert [(p.title, p.sources, p.triggers) for p in out.proposals] == [
+        ("Veyra", ("a1", "a2"), ("Veyra", "Harbour Watch"))]
+    assert "Stormkeep: its title names Stormkeep, not in its sources" in out.dropped
+
+
 def test_sw7b_invented_names_and_numbers_are_dropped():
     """rule SW7b: a text naming someone the sources never name, or a number they never state, is
     dropped and noted; a trigger not in the sources is dropped alone; the rest is kept."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ...core.grounding import ungrounded
 from ...core.text import fold, roleplay_sentences
+from . import answers
 from .base import (
     ANSWER_RULE,
     COMMON_RULES,
@@ -193,6 +194,29 @@ def _grounded(raw: dict[str, Any], target: LoreInput | None, cited: list[str],
     return tuple(triggers[: inputs["max_triggers"]])
 
 
+def _cited(title: str, text: str, sources: tuple[str, ...], texts: dict[str, str]) -> tuple[str, ...]:
+    """The sources, with the part's other messages that hold the names and numbers of the text
+    its cited ones do not (a model cites one message and writes from three): what the entry rests
+    on, noted as a change. Nothing is added for a name no message of the part holds (invented:
+    the grounding check drops it)."""
+    cited = [texts[s] for s in sources]
+    missing = list(dict.fromkeys(ungrounded(text, cited) + ungrounded(title, cited, whole=True)))
+    added: list[str] = []
+    for mid, body in texts.items():
+        if not missing:
+            break
+        if mid in sources:
+            continue
+        still = [w for w in missing if ungrounded(w, [body], whole=True)]
+        if len(still) < len(missing):
+            added.append(mid)
+            missing = still
+    if missing or not added:
+        return sources
+    answers.current().changed.append(f"{title}: its sources gained the messages that hold what its text says")
+    return sources + tuple(added)
+
+
 def parse_entries(inputs: dict[str, Any], raw_entries: list[dict[str, Any]], answer: str) -> LoreProposals:
     """The answer's ANSWER_KEY part (already schema-valid) as proposals; see the module docstring."""
     messages = messages_from(inputs)
@@ -216,6 +240,7 @@ def parse_entries(inputs: dict[str, Any], raw_entries: list[dict[str, Any]], ans
         if target_id and fold(text) == fold(by_id[target_id].text):
             dropped.append(f"{title}: its text is the entry's own (nothing changed)")
             continue
+        sources = _cited(title, text, sources, texts)
         triggers = _grounded(raw, by_id.get(target_id) if target_id else None,
                              [texts[s] for s in sources], inputs, dropped)
         if triggers is None:
