@@ -129,17 +129,22 @@ def _yield_call(frame: Any, event: str, arg: Any) -> None:
     return None
 
 
-def _pause() -> None:
-    """Wait while requests are in flight, at most the step's pause budget (`pause_left`)."""
+def _wait_while_serving(most: float) -> float:
+    """Wait while any request is in flight, at most `most` seconds; returns the seconds waited."""
     started = time.monotonic()
-    deadline = started + _thread.pause_left
+    deadline = started + most
     with _cond:
         while _in_flight:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             _cond.wait(left)
-    _thread.pause_left = max(0.0, _thread.pause_left - (time.monotonic() - started))
+    return time.monotonic() - started
+
+
+def _pause() -> None:
+    """Wait while requests are in flight, at most the step's pause budget (`pause_left`)."""
+    _thread.pause_left = max(0.0, _thread.pause_left - _wait_while_serving(_thread.pause_left))
 
 
 def is_background() -> bool:
@@ -162,12 +167,4 @@ def step_aside(max_wait: float) -> float:
     if max_wait <= 0 or not is_background() or is_holding():
         return 0.0  # a request (or a script) never waits for requests, itself among them
     _thread.pause_left = max_wait
-    started = time.monotonic()
-    deadline = started + max_wait
-    with _cond:
-        while _in_flight:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            _cond.wait(left)
-    return time.monotonic() - started
+    return _wait_while_serving(max_wait)
