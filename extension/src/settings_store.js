@@ -27,6 +27,7 @@ export const STORE_FIELDS = Object.freeze([
     { name: 'llm_url', group: 'model', kind: 'string', label: 'Endpoint URL (OpenAI-compatible)', hint: 'e.g. http://127.0.0.1:5001/v1 (KoboldCpp, llama.cpp, Ollama, OpenRouter)' },
     { name: 'llm_model', group: 'model', kind: 'string', label: 'Model name' },
     { name: 'llm_key', group: 'model', kind: 'secret', label: 'API key', hint: 'Write-only: the sidecar never shows it again.' },
+    { name: 'llm_json_mode', group: 'model', kind: 'choice', choices: ['off', 'json_object', 'json_schema'], label: "Hold the model's answers to JSON", hint: 'json_schema: the server holds each answer to its task\'s shape (llama.cpp, KoboldCpp, Ollama, OpenAI); off works everywhere.' },
     { name: 'llm_read_timeout', group: 'model', kind: 'number', min: 0.1, label: "Wait for the model's answer (seconds)" },
     { name: 'context_required_percent', group: 'budget', kind: 'integer', min: 1, max: 100, label: 'Required items, at most (% of the context)' },
     { name: 'context_cards_percent', group: 'budget', kind: 'integer', min: 0, max: 100, label: 'Story cards (% of the dynamic part)' },
