@@ -104,6 +104,18 @@ def test_sw7b_an_entry_citing_too_few_messages_rests_on_those_that_hold_its_name
     assert "Stormkeep: its title names Stormkeep, not in its sources" in out.dropped
 
 
+def test_sw7b_an_update_gains_no_source_for_what_its_entry_already_holds():
+    """rule SW7b: the names and numbers an updated entry already holds need no message: an update
+    citing m2 whose "3" is the entry's own keeps its one source."""
+    msgs = MESSAGES + [ChatMessage("a2", "Ayla", "The harbour has 3 piers, as ever.", role="assistant",
+                                   character_id="ayla.png")]
+    made = lore_growth(msgs, [HARBOUR], **limits("lore_growth"))
+    prompt = Prompt.from_payload(json.loads(json.dumps(made.to_payload())))
+    out = parse(prompt, [entry("The Harbour", "The harbour of Veyra has 3 piers; the ferry docks there.",
+                               ["harbour"], sources=("m2",), label="e1")])
+    assert [(p.lore_id, p.sources) for p in out.proposals] == [("l_h", ("a1",))]
+
+
 def test_sw7b_invented_names_and_numbers_are_dropped():
     """rule SW7b: a text naming someone the sources never name, or a number they never state, is
     dropped and noted; a trigger not in the sources is dropped alone; the rest is kept."""

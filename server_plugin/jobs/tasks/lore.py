@@ -194,12 +194,13 @@ def _grounded(raw: dict[str, Any], target: LoreInput | None, cited: list[str],
     return tuple(triggers[: inputs["max_triggers"]])
 
 
-def _cited(title: str, text: str, sources: tuple[str, ...], texts: dict[str, str]) -> tuple[str, ...]:
+def _cited(title: str, text: str, sources: tuple[str, ...], texts: dict[str, str],
+           target: LoreInput | None) -> tuple[str, ...]:
     """The sources, with the part's other messages that hold the names and numbers of the text
-    its cited ones do not (a model cites one message and writes from three): what the entry rests
-    on, noted as a change. Nothing is added for a name no message of the part holds (invented:
-    the grounding check drops it)."""
-    cited = [texts[s] for s in sources]
+    its cited ones (and the entry it updates) do not (a model cites one message and writes from
+    three): what the entry rests on, noted as a change. Nothing is added for a name no message of
+    the part holds (invented: the grounding check drops it)."""
+    cited = [texts[s] for s in sources] + ([target.title, target.text, *target.triggers] if target else [])
     missing = list(dict.fromkeys(ungrounded(text, cited) + ungrounded(title, cited, whole=True)))
     added: list[str] = []
     for mid, body in texts.items():
@@ -240,9 +241,9 @@ def parse_entries(inputs: dict[str, Any], raw_entries: list[dict[str, Any]], ans
         if target_id and fold(text) == fold(by_id[target_id].text):
             dropped.append(f"{title}: its text is the entry's own (nothing changed)")
             continue
-        sources = _cited(title, text, sources, texts)
-        triggers = _grounded(raw, by_id.get(target_id) if target_id else None,
-                             [texts[s] for s in sources], inputs, dropped)
+        target = by_id.get(target_id) if target_id else None
+        sources = _cited(title, text, sources, texts, target)
+        triggers = _grounded(raw, target, [texts[s] for s in sources], inputs, dropped)
         if triggers is None:
             continue
         if len(out) >= inputs["max_entries"]:
