@@ -140,15 +140,21 @@ def _execute_shared(svc: Services, members: list[batch.Member], backend: llm.Bac
 def _finish_shared(svc: Services, members: list[batch.Member], outcome: calls.Outcome) -> bool | Exception:
     """Each job of a shared call stores its own section. Returns what became of the first (the
     leader): True stored, False no longer ours, or the exception its store raised (recorded)."""
-    stored: list[bool | Exception] = []
-    for member, result, share in batch.split(members, outcome):
-        try:
-            stored.append(_finish(svc, member.job, member.handler, result, share))
-        except Exception as exc:  # one job's store failing leaves the others stored
-            log.exception("job %s (%s) failed", member.job.id, member.job.kind)
-            fail_attempt(svc, member.job, exc)
-            stored.append(exc)
+    stored = [_store(svc, member.job, member.handler, result, share)
+              for member, result, share in batch.split(members, outcome)]
     return stored[0]
+
+
+def _store(svc: Services, job: queue.Job, handler: queue.Handler, result: Any,
+           outcome: calls.Outcome) -> bool | Exception:
+    """`_finish`, a failure recorded on the job (one job's store failing leaves the others of its
+    call stored): True stored, False no longer ours, or the exception its store raised."""
+    try:
+        return _finish(svc, job, handler, result, outcome)
+    except Exception as exc:
+        log.exception("job %s (%s) failed", job.id, job.kind)
+        fail_attempt(svc, job, exc)
+        return exc
 
 
 def _finish_client(svc: Services, job: queue.Job, handler: queue.Handler, members: list[batch.Member],
@@ -159,12 +165,7 @@ def _finish_client(svc: Services, job: queue.Job, handler: queue.Handler, member
         outcome.result = result
         done = _finish_shared(svc, members, outcome)
     else:
-        try:
-            done = _finish(svc, job, handler, result, outcome)
-        except Exception as exc:
-            log.exception("job %s (%s) failed", job.id, job.kind)
-            fail_attempt(svc, job, exc)
-            raise
+        done = _store(svc, job, handler, result, outcome)
     if isinstance(done, Exception):
         raise done
     if not done:
