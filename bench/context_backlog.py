@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
 import functools
 import os
 import random
@@ -91,10 +92,15 @@ class Timings:
                 print(f"  {name:15s} {row[0]}     {row[1]}")
 
 
-def timed_call(client, body: dict, headers: dict) -> tuple[float, float]:
-    """One context call: its wall time and the CPU time of the thread that answered it (ms)."""
+def timed_call(client, body: dict, headers: dict, profile: cProfile.Profile | None = None) -> tuple[float, float]:
+    """One context call: its wall time and the CPU time of the thread that answered it (ms);
+    with `profile`, the call is profiled (this thread only: the worker's is not)."""
     wall, cpu = time.perf_counter(), time.thread_time()
+    if profile is not None:
+        profile.enable()
     client.post("/v1/context", json=body, headers=headers)
+    if profile is not None:
+        profile.disable()
     return (time.perf_counter() - wall) * 1000, (time.thread_time() - cpu) * 1000
 
 
@@ -126,6 +132,8 @@ def main() -> int:
     parser.add_argument("--idle-calls", type=int, default=60, help="calls timed before the backlog, with no job")
     parser.add_argument("--yield-calls", choices=("on", "off"), default="on",
                         help="the setting background_yield_calls (off: the jobs' Python work shares the interpreter)")
+    parser.add_argument("--profile", metavar="PREFIX",
+                        help="cProfile the idle and the busy calls into PREFIX.idle.prof and PREFIX.busy.prof")
     args = parser.parse_args()
     if not (Path(args.store) / "chronicler.sqlite3").exists():
         print(f"no store in {args.store}: run bench/assemble_latency.py --keep {args.store} first")
@@ -148,9 +156,10 @@ def main() -> int:
         for text in texts[:10]:  # warm up
             client.post("/v1/context", json={**body, "last_action": {"text": text}}, headers=headers)
         timings.phase = "idle"
+        profiles = {phase: cProfile.Profile() if args.profile else None for phase in ("idle", "busy")}
         idle: list[tuple[float, float]] = []
         for text in texts[10:10 + args.idle_calls]:  # the same calls with no job pending
-            idle.append(timed_call(client, {**body, "last_action": {"text": text}}, headers))
+            idle.append(timed_call(client, {**body, "last_action": {"text": text}}, headers, profiles["idle"]))
             time.sleep(args.gap)
         texts = texts[10 + args.idle_calls:]
         queued = client.post(f"/v1/chats/{AL.CHAT}/summaries/rebuild", json={}, headers=headers).get_json()
@@ -162,7 +171,8 @@ def main() -> int:
             if not pending and drained is None:
                 drained = time.perf_counter() - started
             timings.phase = "busy" if pending else "after"
-            timed = timed_call(client, {**body, "last_action": {"text": text}}, headers)
+            timed = timed_call(client, {**body, "last_action": {"text": text}}, headers,
+                               profiles["busy"] if pending else None)
             if pending:
                 busy.append(timed)
             time.sleep(args.gap)
@@ -171,6 +181,9 @@ def main() -> int:
         drained = drained if drained is not None else time.perf_counter() - started
         report(args, idle, busy, drained, queue.counts(svc))
         timings.table()
+        for phase, profile in profiles.items():
+            if profile is not None:
+                profile.dump_stats(f"{args.profile}.{phase}.prof")
         worker = app.extensions.get("chronicler_worker")
         if worker is not None:
             worker.stop()

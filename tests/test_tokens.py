@@ -60,8 +60,21 @@ def test_qs3_long_texts_counted_line_by_line_count_as_encoded_whole(lines):
     after each line's first word gives exactly the count of its whole encoding."""
     text = "\n".join(lines)
     whole = len(get_counter()._enc.encode(text, disallowed_special=()))
-    assert get_counter()._count_uncached(text) == whole
+    assert get_counter()._count_long(text) == whole
     assert get_counter().count(text) == whole
+
+
+PART = st.lists(st.sampled_from(PIECES + ["\n", "/", "½", "①", "7", "Ω", "\r\n"]), max_size=30).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PART, max_size=60), st.sampled_from(["\n\n", "\n", " ", ".\n", "\n- "]))
+def test_qs3_a_section_counted_item_by_item_counts_as_encoded_whole(parts, separator):
+    """rule QS3 (exact token arithmetic): a section's items counted apart where one ends a line
+    and the next starts with a letter or digit (count_joined) give its whole encoding's count."""
+    joined = [p + separator for p in parts[:-1]] + parts[-1:]
+    whole = len(get_counter()._enc.encode("".join(joined), disallowed_special=()))
+    assert get_counter().count_joined(joined) == whole
 
 
 def test_qs3_a_changed_line_of_a_long_text_keeps_the_count_exact():

@@ -7,10 +7,11 @@ default; a person may pick another encoding by name (setting `tokenizer`).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from functools import lru_cache
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import tiktoken
 
@@ -31,20 +32,49 @@ class TokenCounter:
         # The tokens of the pieces (_segments) of the long texts cut lately: a story summary that
         # changed (a job finished during a backlog) is cut again encoding only its changed pieces.
         self._pieces: OrderedDict[str, list[int]] = OrderedDict()
+        self._long: OrderedDict[str, int] = OrderedDict()  # the counts of the last long texts
         self._lock = threading.Lock()
 
     def _count_uncached(self, text: str) -> int:
-        if len(text) > SEGMENT_CHARS:
-            # A long text (a story summary) changes a line at a time: its lines' pieces are counted
-            # (and kept) apart, so only a changed line is encoded again.
-            parts = _segments(text)
-            if len(parts) > 1:
-                return sum(self._count(part) for part in parts)
         return len(self._enc.encode(text, disallowed_special=()))
 
     def count(self, text: str) -> int:
         """Number of tokens of `text` (0 for the empty string)."""
-        return self._count(text) if text else 0
+        if len(text) <= SEGMENT_CHARS:
+            return self._count(text) if text else 0
+        return self._count_long(text)
+
+    def count_joined(self, parts: Sequence[str]) -> int:
+        """Tokens of `"".join(parts)`, exactly, counted part by part where a part ends a line and
+        the next begins with a letter or digit (no piece of the encoder's split holds a newline
+        followed by one: the newline ends its piece) and joined elsewhere. A section of hundreds
+        of summaries that gained one (a backlog of summary jobs) is then counted from the counts
+        of its summaries, kept, and the new one's."""
+        total, group = 0, []
+        for part in parts:
+            if group and group[-1].endswith("\n") and part[:1].isalnum():
+                total += self.count("".join(group))
+                group = []
+            group.append(part)
+        return total + (self.count("".join(group)) if group else 0)
+
+    def _count_long(self, text: str) -> int:
+        """A long text (a story summary) changes a line at a time: its pieces are counted (and
+        kept) apart, so only a changed line is encoded again. Its own count is kept among the
+        last few only: every version of a story summary (megabytes each, one per finished job)
+        would otherwise stay in the count cache."""
+        with self._lock:
+            known = self._long.get(text)
+            if known is not None:
+                self._long.move_to_end(text)
+                return known
+        parts = _segments(text)
+        tokens = sum(self._count(part) for part in parts) if len(parts) > 1 else self._count_uncached(text)
+        with self._lock:
+            self._long[text] = tokens
+            while len(self._long) > RECENT_HEADS:
+                self._long.popitem(last=False)
+        return tokens
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest prefix of `text` (cut on a token boundary) counting at most `max_tokens`.
@@ -151,20 +181,22 @@ def _segments(text: str) -> list[str]:
 
 
 def _iter_segments(text: str) -> Iterator[str]:
-    """The pieces of `_segments`, in order, found as they are asked for (a cut reads only its head)."""
+    """The pieces of `_segments`, in order, found as they are asked for (a cut reads only its head).
+
+    Each line's split point is found by the regex engine, not a Python loop over the text: the
+    first space at least two characters into the line that follows a letter (or a number: no
+    piece of the encoder's split spans a number and the space after it either)."""
     start = 0
-    line = text.find("\n")
-    while line >= 0:
-        stop = text.find("\n", line + 1)
-        stop = len(text) if stop < 0 else stop
-        space = text.find(" ", line + 2, stop)
-        while space > 0 and not text[space - 1].isalpha():
-            space = text.find(" ", space + 1, stop)
-        if space > 0:
-            yield text[start:space]
-            start = space
-        line = text.find("\n", line + 1)
+    for found in _LINE_SPLIT.finditer(text):
+        space = found.end() - 1
+        yield text[start:space]
+        start = space
     yield text[start:]
+
+
+# After a newline, the line's first space preceded by a letter or number ([^\W_] less digits is
+# str.isalnum() less decimals and "_"), at least one character into the line.
+_LINE_SPLIT = re.compile(r"\n[^\n]*?[^\W\d_] ")
 
 
 def _safe_end(text: str, chars: int) -> int:

@@ -241,7 +241,7 @@ def story_summary_parts(svc: Services, chat_id: str, viewer_id: str | None = Non
         done = conn.execute(f"SELECT * FROM sessions WHERE chat_id IN ({marks}) AND full IS NOT NULL"
                             " ORDER BY last_at DESC, n DESC LIMIT ?",
                             (*story, shorts + 1)).fetchall()
-        tiers = [summaries.visible(conn, c) for c in story]
+        tiers = [summaries.shown(svc, conn, c) for c in story]
     parts: list[dict[str, Any]] = []
 
     def name(row: Any) -> str:
@@ -254,8 +254,7 @@ def story_summary_parts(svc: Services, chat_id: str, viewer_id: str | None = Non
                    "text": r["short"]} for r in reversed(done[1:])]
     for of_chat in tiers:
         for tier in ("long_term", "consolidated", "recent"):
-            parts += [{"id": r["id"], "kind": tier, "text": summaries.render(r["text"], loads(r["quotes"]) or [])}
-                      for r in of_chat[tier]]
+            parts += [{"id": summary_id, "kind": tier, "text": text} for summary_id, text in of_chat[tier]]
     return parts
 
 

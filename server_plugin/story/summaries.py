@@ -19,6 +19,7 @@ Owns: summaries.
 from __future__ import annotations
 
 import uuid
+from collections import OrderedDict
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -136,13 +137,48 @@ def copy_for_branch(conn: Connection, parent_id: str, branch_id: str, copied: se
     return mapping
 
 
+def _visible_rows(conn: Connection, chat_id: str, columns: str = "*") -> list[Any]:
+    """Summaries with a text, in order; children of a finished merge are left out. Read through
+    two indexes (m012): the summaries merged into none, and the children of a merge still being
+    written; never the merged ones, most of a long chat's. A child's parent always exists
+    (deleting a summary frees its children, _delete)."""
+    of_child = ", ".join(f"s.{c.strip()}" for c in columns.split(","))
+    return conn.execute(
+        f"SELECT {columns} FROM summaries WHERE chat_id=?1 AND parent_id IS NULL AND text IS NOT NULL"
+        f" UNION ALL SELECT {of_child} FROM summaries p JOIN summaries s ON s.parent_id = p.id"
+        f" WHERE p.chat_id=?1 AND p.text IS NULL AND s.text IS NOT NULL"
+        f" ORDER BY {ORDER}", (chat_id,)).fetchall()
+
+
 def visible(conn: Connection, chat_id: str) -> dict[str, list[Any]]:
     """Summaries with a text, by tier, in order; children of a finished merge are left out."""
-    rows = conn.execute(
-        f"SELECT s.* FROM summaries s LEFT JOIN summaries p ON p.id = s.parent_id"
-        f" WHERE s.chat_id=? AND s.text IS NOT NULL AND (s.parent_id IS NULL OR p.text IS NULL)"
-        f" ORDER BY s.{ORDER.replace(', ', ', s.')}", (chat_id,)).fetchall()
+    rows = _visible_rows(conn, chat_id)
     return {tier: [r for r in rows if r["tier"] == tier] for tier in TIERS}
+
+
+SHOWN_KEPT = 8192  # rendered summaries kept (a few MB): every one a context shows, of every chat
+
+
+def shown(svc: Services, conn: Connection, chat_id: str) -> dict[str, list[tuple[str, str]]]:
+    """`visible`'s summaries as a context shows them (`render`): `(id, text)` by tier, in order.
+    A summary's rendering is kept by its version: a context call during a backlog of summary
+    jobs (each changes the Story Summary) reads the texts of the new ones only."""
+    rows = _visible_rows(conn, chat_id, f"id, tier, version, updated_at, {ORDER}")
+    kept: OrderedDict[tuple, str] = svc.cached("summaries_shown", "kept", OrderedDict, size=1)
+    keys = {r["id"]: (r["id"], r["version"], r["updated_at"]) for r in rows}
+    missing = [k[0] for k in keys.values() if k not in kept]
+    for r in conn.execute("SELECT id, version, updated_at, text, quotes FROM summaries WHERE id IN"
+                          " (SELECT value FROM json_each(?))", (dumps(missing),)) if missing else ():
+        kept[(r["id"], r["version"], r["updated_at"])] = render(r["text"] or "", loads(r["quotes"]) or [])
+    out: dict[str, list[tuple[str, str]]] = {tier: [] for tier in TIERS}
+    for r in rows:  # (one snapshot, db.read(): a summary cannot change between the two reads)
+        key = keys[r["id"]]
+        if key in kept:
+            kept.move_to_end(key)
+            out[r["tier"]].append((r["id"], kept[key]))
+    while len(kept) > SHOWN_KEPT:
+        kept.popitem(last=False)
+    return out
 
 
 def unsummarized_count(conn: Connection, chat_id: str) -> int:

@@ -43,6 +43,7 @@ from ..triggers import ScanWindow, scan_window_size
 from .text import (
     RankedCard,
     clean,
+    count_rendered,
     cut_section,
     fill,
     rank_cards,
@@ -149,14 +150,13 @@ class _Run:
         if not items:
             return 0, after_cut
         style = self.styles[section]
-        full = render(items, style)[0]
-        report.allocated, report.available = self.counter.count(full), max(0, room)
+        report.allocated, report.available = count_rendered(items, style, self.counter), max(0, room)
         if after_cut:
             self.entries(section, "dropped", items, "after_cut", counted=False)
             return 0, True
         if report.allocated <= room:
             self.entries(section, "included", items, "in_full")
-            report.used, self.texts[section] = report.allocated, full
+            report.used, self.texts[section] = report.allocated, render(items, style)[0]
             return report.used, False
         cut = cut_section(items, style, max(0, room), self.counter)
         self.entries(section, "included", cut.whole, "in_full")

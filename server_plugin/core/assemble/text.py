@@ -117,6 +117,17 @@ def render(items: Sequence[Item], style: Style) -> tuple[str, list[tuple[int, in
     return "".join(parts), spans
 
 
+def count_rendered(items: Sequence[Item], style: Style, counter: TokenCounter) -> int:
+    """The tokens of `render(items, style)[0]`, counted item by item where the encoder allows it
+    (TokenCounter.count_joined): a long section that changed by one item is not encoded again."""
+    if not items:
+        return 0
+    parts = [style.header + "\n"] if style.header else []
+    pieces = [style.prefix + item.text for item in items]
+    parts += [piece + style.separator for piece in pieces[:-1]] + [pieces[-1]]
+    return counter.count_joined(parts)
+
+
 def clean(items: Sequence[Item]) -> tuple[list[Item], list[Item]]:
     """Items with their text stripped, and the empty ones (never emitted)."""
     kept, empty = [], []

@@ -26,6 +26,7 @@ from .m008_analyzer_version import m008_analyzer_version
 from .m009_campaigns import m009_campaigns
 from .m010_grown_lore import m010_grown_lore
 from .m011_embedders import m011_embedders
+from .m012_summary_tops import m012_summary_tops
 
 
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
@@ -40,6 +41,7 @@ MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (9, m009_campaigns),
     (10, m010_grown_lore),
     (11, m011_embedders),
+    (12, m012_summary_tops),
 ]
 
 
