@@ -60,6 +60,9 @@ async function complete(body, onText, signal) {
         const text = await session.prompt(prompt, {
             maxTokens: body.max_tokens ?? 512, temperature: body.temperature ?? 0,
             grammar: await grammarFor(body.response_format), signal, stopOnAbortSignal: true,
+            // OpenAI's frequency_penalty (the sidecar asks for it on a retry after a loop).
+            ...(body.frequency_penalty ? { repeatPenalty: { frequencyPenalty: body.frequency_penalty,
+                presencePenalty: body.presence_penalty ?? 0 } } : {}),
             onTextChunk: onText,
             onResponseChunk: () => {},
         }).catch((error) => { if (signal.aborted) { finish = 'abort'; return ''; } throw error; });

@@ -183,6 +183,34 @@ def test_a_slow_streamed_answer_is_not_timed_out(api, services, fake):
     assert summaries(api)["recent"][0]["text"] == CHUNK_ANSWER["summary"]
 
 
+def test_a_stuck_model_is_stopped_and_retried_with_a_penalty(api, services, fake):
+    """rule MJ2: a streamed answer that repeats one sentence is stopped after it has said it
+    `llm_stop_repeats` times in a row, not read to its cap; the retry asks for a
+    frequency_penalty and its answer is used."""
+    compacted(api)
+    loop = json.dumps({"summary": "Kai asks Tomas what he told them at the ferry. " * 400, "quotes": []})
+    fake.script([loop, json.dumps(CHUNK_ANSWER)])
+    worker.run_one(services)
+    row = chunk_job(services)
+    model = row["result"]["model"]
+    assert model["answer"] == "retry" and "repeated the same words 3 times" in model["changed"][0]
+    first, second = fake.completions()
+    assert "frequency_penalty" not in first and second["frequency_penalty"] == 0.5
+    stored = services.db.reader().execute("SELECT completion_tokens FROM jobs WHERE id=?", (row["id"],)).fetchone()
+    assert stored[0] < services.tokens.count(loop) / 10  # stopped early, not read to the end
+    assert summaries(api)["recent"][0]["text"] == CHUNK_ANSWER["summary"]
+
+
+def test_a_sentence_said_twice_is_not_taken_for_a_stuck_model(api, services, fake):
+    """rule MJ2: a repetition below `llm_stop_repeats` (here twice) is read as it is."""
+    compacted(api)
+    twice = {"summary": "Kai asks Tomas what he told them at the ferry. " * 2 + "Then they left.", "quotes": []}
+    fake.script([json.dumps(twice)])
+    worker.run_one(services)
+    assert chunk_job(services)["result"]["model"]["answer"] == "first_try"
+    assert summaries(api)["recent"][0]["text"] == twice["summary"].strip()
+
+
 def test_every_model_job_records_its_cost(api, services, fake):
     """rule MJ1: prompt and completion tokens (our count when the API gives no usage) and time."""
     compacted(api)

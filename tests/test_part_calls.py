@@ -298,3 +298,39 @@ def test_mj2_the_answer_cap_can_be_turned_off(api, services, fake):
     drain(services)
     body = fake.completions()[0]
     assert body["max_tokens"] > len(SESSION_END) * 300
+
+
+def arrays(schema) -> list[dict]:
+    """Every array schema inside a JSON Schema."""
+    found = []
+    if isinstance(schema, dict):
+        if schema.get("type") == "array":
+            found.append(schema)
+        for value in schema.values():
+            found += arrays(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            found += arrays(value)
+    return found
+
+
+@pytest.mark.parametrize("overrides", [{"llm_json_mode": "json_schema", "llm_answer_max_items": 3}], indirect=True)
+def test_mj2_every_list_of_a_schema_held_answer_is_bounded(api, services, fake):
+    """rule MJ2: in json_schema mode every list of the answer's schema sent to the model is
+    bounded by `llm_answer_max_items` (a model held to it that repeats an item ends the list),
+    and the answer is still used."""
+    pier(api)
+    drain(services)
+    sent = fake.completions()[0]["response_format"]["json_schema"]["schema"]
+    lists = arrays(sent)
+    assert len(lists) >= 5 and all(1 <= a["maxItems"] <= 3 for a in lists)
+    assert all(v["model"]["answer"] == "first_try" for v in results(services).values())
+
+
+@pytest.mark.parametrize("overrides", [{"llm_json_mode": "json_schema", "llm_answer_max_items": 0}], indirect=True)
+def test_mj2_the_list_bound_can_be_turned_off(api, services, fake):
+    """rule MJ2: `llm_answer_max_items` 0 sends each task's schema as it is."""
+    pier(api)
+    drain(services)
+    sent = fake.completions()[0]["response_format"]["json_schema"]["schema"]
+    assert arrays(sent) and not any("maxItems" in a for a in arrays(sent))

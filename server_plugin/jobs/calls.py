@@ -13,7 +13,9 @@ Costs are counted for every call: the API's `usage` when given, else our own tok
 An answer never needs to be much longer than what it reads: `fit_answer` caps a prompt's answer at
 a base per task in the call plus a share of the messages shown (settings `llm_answer_base_tokens`,
 `llm_answer_tokens_per_message_token`), so a small local model that loops stops early instead of
-writing the sum of every task's longest answer (11,505 tokens for a 5-message session end).
+writing the sum of every task's longest answer (11,505 tokens for a 5-message session end); and
+it bounds every list of the answer's schema (`llm_answer_max_items`), so a model held to the
+schema that repeats one item ends that list instead of its whole answer at the cap.
 """
 
 from __future__ import annotations
@@ -61,6 +63,12 @@ class Outcome:
 
 
 def fit_answer(prompt: Prompt, settings: Settings) -> Prompt:
+    """The prompt as it goes to the model: its answer capped by what it reads (`cap_answer`)
+    and the lists of its answer's schema bounded (`bound_lists`)."""
+    return bound_lists(cap_answer(prompt, settings), settings)
+
+
+def cap_answer(prompt: Prompt, settings: Settings) -> Prompt:
     """The prompt with its answer capped by what it reads: `llm_answer_base_tokens` per task in
     the call (the sections of a shared call) plus `llm_answer_tokens_per_message_token` for each
     token of the messages shown; never more than the prompt's own cap. 0 as the base turns it off."""
@@ -74,6 +82,37 @@ def fit_answer(prompt: Prompt, settings: Settings) -> Prompt:
     return prompt if cap >= prompt.max_tokens else replace(prompt, max_tokens=cap)
 
 
+def bound_lists(prompt: Prompt, settings: Settings) -> Prompt:
+    """The prompt with every list of its answer's schema bounded by `llm_answer_max_items`
+    (where the schema sets no smaller bound). A model held to the schema (llm_json_mode
+    json_schema, or SillyTavern's structured output in client mode) then ends a list there: a
+    small model that repeats an item again and again (seen with Qwen2.5-Coder-1.5B at a session
+    end: both tries ran to the token cap, so every section was lost) closes it and goes on to
+    the next section. Only what is sent changes: answers are checked against the task's own
+    schema, so a longer list from a model not held to it is read as before."""
+    most = settings.llm_answer_max_items
+    return prompt if most <= 0 else replace(prompt, json_schema=_bounded(prompt.json_schema, most))
+
+
+def _bounded(schema: Any, most: int) -> Any:
+    if isinstance(schema, list):
+        return [_bounded(s, most) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "properties" and isinstance(value, dict):
+            out[key] = {name: _bounded(sub, most) for name, sub in value.items()}
+        else:
+            out[key] = _bounded(value, most) if key in _SUBSCHEMAS else value
+    if out.get("type") == "array":
+        out["maxItems"] = max(int(out.get("minItems") or 0), min(int(out.get("maxItems") or most), most))
+    return out
+
+
+_SUBSCHEMAS = ("items", "prefixItems", "anyOf", "oneOf", "allOf", "additionalProperties")
+
+
 def count_messages(messages: list[dict[str, Any]]) -> int:
     """Our count of a prompt's tokens (its messages' text)."""
     counter = get_counter()
@@ -83,7 +122,8 @@ def count_messages(messages: list[dict[str, Any]]) -> int:
 def _call(backend: Backend, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> Completion:
     if isinstance(backend, OpenAICompatible):
         return backend.stream_full(messages, **kwargs)
-    return Completion(backend.complete(messages, **kwargs), None, None, None)
+    plain = {k: v for k, v in kwargs.items() if k in ("max_tokens", "temperature", "response_format")}
+    return Completion(backend.complete(messages, **plain), None, None, None)
 
 
 def _usage(completion: Completion, messages: list[dict[str, Any]]) -> tuple[int, int]:
@@ -101,14 +141,26 @@ def _retry_messages(prompt: Prompt, answer: str, why: str) -> list[dict[str, Any
                                     "the JSON object, in exactly the format asked for."}]
 
 
+def model_options(settings: Settings) -> dict[str, Any]:
+    """`run_job_prompt`'s options from the settings."""
+    return {"json_mode": settings.llm_json_mode, "temperature": settings.llm_temperature,
+            "stop_repeats": settings.llm_stop_repeats, "retry_penalty": settings.llm_retry_frequency_penalty}
+
+
 def run_job_prompt(prompt: Prompt, backend: Backend | None, *, json_mode: str = "off",
-                   temperature: float = 0.0) -> Outcome:
-    """Run a job's prompt: the model (two tries at most) then the fallback; see the module docstring."""
+                   temperature: float = 0.0, stop_repeats: int = 0, retry_penalty: float = 0.0) -> Outcome:
+    """Run a job's prompt: the model (two tries at most) then the fallback; see the module docstring.
+    A streamed answer that repeats the same words `stop_repeats` times in a row is stopped there
+    (a stuck model would write to its cap: minutes on a local one) and not used; the retry after
+    an answer stopped so, or cut off at its cap, asks for `retry_penalty` as frequency_penalty
+    (at temperature 0 the same prompt loops the same way again)."""
     task = task_of(prompt)
     if backend is None:
         return Outcome(task.fallback(prompt, None), "extractive")
-    kwargs = {"max_tokens": prompt.max_tokens, "temperature": temperature,
-              "response_format": prompt.response_format(json_mode)}
+    kwargs: dict[str, Any] = {"max_tokens": prompt.max_tokens, "temperature": temperature,
+                              "response_format": prompt.response_format(json_mode)}
+    if stop_repeats > 0 and isinstance(backend, OpenAICompatible):
+        kwargs["stop_repeats"] = stop_repeats
     out = Outcome(None, "fallback")
     messages, errors = prompt.messages, []
     for n in range(1, TRIES + 1):
@@ -135,6 +187,14 @@ def run_job_prompt(prompt: Prompt, backend: Backend | None, *, json_mode: str = 
         used, written = _usage(completion, messages)
         out.prompt_tokens += used
         out.completion_tokens += written
+        if completion.finish_reason in ("length", "repeat") and retry_penalty > 0:
+            kwargs["frequency_penalty"] = retry_penalty
+        if completion.finish_reason == "repeat":
+            why = (f"the answer repeated the same words {stop_repeats} times in a row "
+                   f"(\"{completion.text[-80:].strip()}\"), so it was stopped; write each thing once")
+            errors.append(f"try {n}: {why}")
+            messages = _retry_messages(prompt, completion.text, why)
+            continue
         report = Report()
         try:
             out.result = task.parse_answer(prompt, completion.text, report)

@@ -309,15 +309,20 @@ class OpenAICompatible:
         return _completion_from(response, self.safe_url)
 
     def stream_full(self, messages: list[dict[str, Any]], *, max_tokens: int, temperature: float = 0.0,
-                    response_format: dict[str, Any] | None = None) -> Completion:
+                    response_format: dict[str, Any] | None = None, stop_repeats: int = 0,
+                    frequency_penalty: float | None = None) -> Completion:
         """One completion read as a stream (`"stream": true`): the read timeout counts silence,
         not length, so a slow local model is not cut off while it writes. Reading stops at
-        `max_tokens` pieces (finish_reason `length`) even if the server goes on. No retries here:
-        the caller decides (a job tries at most twice)."""
+        `max_tokens` pieces (finish_reason `length`) even if the server goes on, and, with
+        `stop_repeats`, when the answer ends with the same words that many times in a row
+        (finish_reason `repeat`: a stuck model). No retries here: the caller decides (a job
+        tries at most twice)."""
         body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": int(max_tokens),
                                 "temperature": temperature, "stream": True}
         if response_format is not None:
             body["response_format"] = response_format
+        if frequency_penalty is not None:
+            body["frequency_penalty"] = frequency_penalty
         try:
             response = self._post(body, stream=True)
         except LLMUnavailable as e:
@@ -328,11 +333,11 @@ class OpenAICompatible:
         with response:
             if response.status_code != 200 or "event-stream" not in response.headers.get("Content-Type", ""):
                 return self._read(response)  # an error, or a server that does not stream
-            return self._read_stream(response, max_tokens)
+            return self._read_stream(response, max_tokens, stop_repeats)
 
-    def _read_stream(self, response: requests.Response, max_tokens: int) -> Completion:
+    def _read_stream(self, response: requests.Response, max_tokens: int, stop_repeats: int = 0) -> Completion:
         parts: list[str] = []
-        finish, model, usage, pieces = None, None, None, 0
+        finish, model, usage, pieces, tail = None, None, None, 0, ""
         try:
             for line in response.iter_lines(decode_unicode=True):
                 if not line or not line.startswith("data:"):
@@ -351,9 +356,13 @@ class OpenAICompatible:
                     if isinstance(delta.get("content"), str) and delta["content"]:
                         parts.append(delta["content"])
                         pieces += 1
+                        tail = (tail + delta["content"])[-REPEAT_TAIL_CHARS:]
                     finish = choice.get("finish_reason") or finish
                 if pieces > max_tokens:
                     finish = "length"  # the server did not stop at max_tokens: we do
+                    break
+                if stop_repeats > 1 and pieces % REPEAT_CHECK_PIECES == 0 and repeats(tail, stop_repeats):
+                    finish = "repeat"
                     break
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout):
             raise LLMUnavailable(f"The model server at {self.safe_url} went silent for "
@@ -378,6 +387,24 @@ class OpenAICompatible:
             return [str(m["id"]) for m in response.json().get("data", [])]
         except (ValueError, AttributeError, KeyError, TypeError):
             raise LLMBadResponse(f"{redact(url)} did not answer with a model list.") from None
+
+
+# A stuck model repeats a sentence or more (seen: an 85-character one, for 3,400 tokens); shorter
+# runs ("No. No. No.", a laugh) are left alone. The tail is checked every few pieces.
+REPEAT_MIN_CHARS = 30
+REPEAT_MAX_CHARS = 400
+REPEAT_CHECK_PIECES = 16
+REPEAT_TAIL_CHARS = REPEAT_MAX_CHARS * 8
+
+
+def repeats(text: str, times: int) -> bool:
+    """Whether `text` ends with the same run of REPEAT_MIN_CHARS to REPEAT_MAX_CHARS characters
+    `times` times in a row."""
+    for size in range(REPEAT_MIN_CHARS, min(REPEAT_MAX_CHARS, len(text) // times) + 1):
+        last = text[-size:]
+        if all(text[-(k + 1) * size: -k * size] == last for k in range(1, times)):
+            return True
+    return False
 
 
 def _completion_from(response: requests.Response, where: str) -> Completion:

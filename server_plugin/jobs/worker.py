@@ -106,8 +106,7 @@ def _execute(svc: Services, job: queue.Job) -> None:
                     if len(members) > 1:
                         return _execute_shared(svc, members, backend)
                 outcome = calls.run_job_prompt(calls.fit_answer(prompt, svc.settings), backend,
-                                               json_mode=svc.settings.llm_json_mode,
-                                               temperature=svc.settings.llm_temperature)
+                                               **calls.model_options(svc.settings))
                 result = outcome.result
                 if backend is None:
                     outcome = None  # extractive: no model, no cost
@@ -125,8 +124,7 @@ def _execute_shared(svc: Services, members: list[batch.Member], backend: llm.Bac
     """Jobs that read the same part: one model call, then each job stores its own section."""
     try:
         prompt = calls.fit_answer(batch.combined(members), svc.settings)
-        outcome = calls.run_job_prompt(prompt, backend, json_mode=svc.settings.llm_json_mode,
-                                       temperature=svc.settings.llm_temperature)
+        outcome = calls.run_job_prompt(prompt, backend, **calls.model_options(svc.settings))
     except Exception as exc:  # the call never happened (or broke): every member tries again later
         if not isinstance(exc, llm.LLMError):
             log.exception("a shared call for jobs %s failed", [m.job.id for m in members])
