@@ -159,7 +159,7 @@ def run_job_prompt(prompt: Prompt, backend: Backend | None, *, json_mode: str = 
         return Outcome(task.fallback(prompt, None), "extractive")
     kwargs: dict[str, Any] = {"max_tokens": prompt.max_tokens, "temperature": temperature,
                               "response_format": prompt.response_format(json_mode)}
-    if stop_repeats > 0 and isinstance(backend, OpenAICompatible):
+    if stop_repeats > 0:  # (only a streamed answer can be stopped: _call passes it there alone)
         kwargs["stop_repeats"] = stop_repeats
     out = Outcome(None, "fallback")
     messages, errors = prompt.messages, []

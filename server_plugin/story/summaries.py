@@ -167,21 +167,22 @@ def shown(svc: Services, conn: Connection, chat_id: str) -> dict[str, list[tuple
     rows = _visible_rows(conn, chat_id, f"id, tier, version, updated_at, {ORDER}")
     kept: OrderedDict[tuple, str] = svc.cached("summaries_shown", "kept", OrderedDict, size=1)
     keys = {r["id"]: (r["id"], r["version"], r["updated_at"]) for r in rows}
-    with _SHOWN_LOCK:  # request threads share `kept`
-        missing = [k[0] for k in keys.values() if k not in kept]
+    with _SHOWN_LOCK:  # request threads share `kept`; what this call found there is its own
+        texts = {k: kept[k] for k in keys.values() if k in kept}
+    missing = [k[0] for k in keys.values() if k not in texts]
     fresh = {(r["id"], r["version"], r["updated_at"]): render(r["text"] or "", loads(r["quotes"]) or [])
              for r in (conn.execute("SELECT id, version, updated_at, text, quotes FROM summaries WHERE id IN"
                                     " (SELECT value FROM json_each(?))", (dumps(missing),)) if missing else ())}
-    out: dict[str, list[tuple[str, str]]] = {tier: [] for tier in TIERS}
+    texts.update(fresh)
     with _SHOWN_LOCK:
         kept.update(fresh)
-        for r in rows:  # (one snapshot, db.read(): a summary cannot change between the two reads)
-            key = keys[r["id"]]
-            if key in kept:
-                kept.move_to_end(key)
-                out[r["tier"]].append((r["id"], kept[key]))
+        for key in texts:
+            kept.move_to_end(key)
         while len(kept) > SHOWN_KEPT:
             kept.popitem(last=False)
+    out: dict[str, list[tuple[str, str]]] = {tier: [] for tier in TIERS}
+    for r in rows:  # (one snapshot, db.read(): a summary cannot change between the two reads)
+        out[r["tier"]].append((r["id"], texts[keys[r["id"]]]))
     return out
 
 
