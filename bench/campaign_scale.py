@@ -31,6 +31,11 @@ calls): what docs/scaling.md's export sizes come from at small steps.
 
 `--keep DIR` keeps the grown store: a rerun measures what is there and fills only what a step
 still lacks. Results are appended as JSON lines to DIR.results.jsonl (beside the folder).
+
+The fill of 100,000 messages takes longer than a sitting, and the steps must be measured with the
+same code: `--fill-only --snapshots` grows the store step by step, drains each step's jobs and keeps
+a copy of it as `DIR@STEP`; `--from-snapshots` then measures every step on a fresh copy of its
+snapshot, in one run with the code of that run (the snapshots are never changed).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -344,6 +350,20 @@ def exports(data_dir: Path) -> dict:
     return out
 
 
+def snapshot_of(data_dir: Path, step: int) -> Path:
+    return data_dir.parent / f"{data_dir.name}@{step}"
+
+
+def take_snapshot(data_dir: Path, step: int, limit: float) -> dict:
+    """Drain the step's jobs, then keep a copy of the store as it is at this step."""
+    out = catch_up(data_dir, limit)
+    target = snapshot_of(data_dir, step)
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(data_dir, target)
+    return {**out, "snapshot": str(target)}
+
+
 def measure(data_dir: Path, step: int, questions: list[str], n: int, model, limit: float,
             exports_only: bool = False) -> dict:
     out: dict = {"messages": step, **catch_up(data_dir, limit)}
@@ -374,12 +394,33 @@ def measure(data_dir: Path, step: int, questions: list[str], n: int, model, limi
     return {**out, **exports(data_dir)}
 
 
+def measure_snapshot(data_dir: Path, step: int, questions: list[str], args, model) -> dict:
+    """A step measured on a fresh copy of its snapshot (so every run starts from the same store)."""
+    source = snapshot_of(data_dir, step)
+    if not source.exists():
+        raise SystemExit(f"no snapshot {source}: fill it first with --fill-only --snapshots")
+    work = data_dir.parent / f"{data_dir.name}@{step}.work"
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(source, work)
+    try:
+        print(f"step {step}: measuring a copy of {source}", flush=True)
+        return {"from_snapshot": str(source),
+                **measure(work, step, questions, args.requests, model, args.catch_up_limit, args.exports_only)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", required=True, help="the store's folder (kept between runs)")
     parser.add_argument("--steps", default="10000,30000,100000")
     parser.add_argument("--requests", type=int, default=100, help="timed calls per route and step")
     parser.add_argument("--fill-only", action="store_true", help="grow the store, measure nothing")
+    parser.add_argument("--snapshots", action="store_true",
+                        help="after each step's fill, drain its jobs and keep a copy as KEEP@STEP")
+    parser.add_argument("--from-snapshots", action="store_true",
+                        help="measure each step on a fresh copy of KEEP@STEP (no fill)")
     parser.add_argument("--exports-only", action="store_true",
                         help="measure only disk, backup, exports and imports (with and without vectors)")
     parser.add_argument("--catch-up-limit", type=float, default=6 * 3600,
@@ -390,11 +431,16 @@ def main() -> None:
     turns, questions = locomo()
     model = None if args.fill_only or args.exports_only else floor_model()
     for step in [int(s) for s in args.steps.split(",")]:
-        print(f"step {step} messages: filling", flush=True)
-        began = time.perf_counter()
-        result = {"fill": grow(data_dir, step, turns)}
-        result["fill_s"] = round(time.perf_counter() - began, 1)
-        if not args.fill_only:
+        if args.from_snapshots:
+            result = measure_snapshot(data_dir, step, questions, args, model)
+        else:
+            print(f"step {step} messages: filling", flush=True)
+            began = time.perf_counter()
+            result = {"fill": grow(data_dir, step, turns)}
+            result["fill_s"] = round(time.perf_counter() - began, 1)
+            if args.snapshots:
+                result.update(take_snapshot(data_dir, step, args.catch_up_limit))
+        if not args.fill_only and not args.from_snapshots:
             print(f"step {step}: measuring", flush=True)
             result.update(measure(data_dir, step, questions, args.requests, model, args.catch_up_limit,
                                   args.exports_only))
