@@ -408,3 +408,24 @@ def test_sw6_hybrid_beats_bm25_alone_and_dense_alone(minilm):
     assert firsts["hybrid"] > firsts["bm25"] and firsts["hybrid"] > firsts["dense"], ranks
     # Each single method really fails somewhere on this fixture (the test would be empty otherwise).
     assert max(ranks["bm25"]) > 1 and max(ranks["dense"]) > 1
+
+
+def test_sw6_half_precision_rows_score_within_3e_4_of_float32():
+    """rule SW6: the live index keeps float16 vectors (search_half_vectors); their product with a
+    query (torch's kernel, or numpy in blocks for a strided view) is float32 within 3e-4 of the
+    exact cosine, and float32 rows are multiplied as they are."""
+    from server_plugin.retrieval.ranking.vectors import dot
+
+    rng = np.random.default_rng(7)
+    rows = rng.standard_normal((3000, 384)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    query = rows[17] + 0.1 * rng.standard_normal(384).astype(np.float32)
+    query /= np.linalg.norm(query)
+    exact = rows.astype(np.float64) @ query.astype(np.float64)
+    half = rows.astype(np.float16)
+    for got, want in ((dot(half, query), exact), (dot(half[::3], query), exact[::3]),
+                      (dot(rows, query), exact)):
+        assert got.dtype == np.float32 and got.shape == want.shape
+        assert np.abs(got - want).max() < 3e-4
+    assert int(np.argmax(dot(half, query))) == 17
+    assert dot(half[:0], query).shape == (0,)

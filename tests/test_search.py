@@ -287,6 +287,31 @@ def test_sw6_restart_rebuilds_the_same_results(api, services, settings, embedder
         assert np.allclose([r["score"] for r in old], [r["score"] for r in new], atol=1e-3)
 
 
+def test_sw6_float16_vectors_rank_as_float32_ones(api, services, settings, embedder, clock):
+    """rule SW6: with search_half_vectors off the index keeps float32 vectors; the same store
+    ranks the same ids in the same order either way, with scores within 1e-3."""
+    setup_cast(api)
+    chat(api, "ca", [A, B])
+    say(api, "ca", [("1", "kai", "The bridge at Varn collapsed last spring."),
+                    ("2", A, "I was on it when the stones gave way."),
+                    ("3", B, "Ayla still limps from that day."),
+                    ("4", "kai", "We sailed to the salt islands for the spring market.")])
+    memory(api, "Bren rebuilt the bridge at Varn with his brothers.")
+    queries = ["what happened to the bridge at Varn?", "why does Ayla limp?", "where did we sail?"]
+    half = [find(api, q) for q in queries]
+    assert live_index.state_of(services).live.vectors.dtype == np.float16
+    off = load_settings({**settings.as_dict(redact=False), "search_half_vectors": False}, environ={})
+    full = build_services(off, embedder=embedder, clock=clock)
+    try:
+        again = [search.search(full, q) for q in queries]
+        assert live_index.state_of(full).live.vectors.dtype == np.float32
+    finally:
+        full.db.close()
+    assert [ids(r) for r in again] == [ids(r) for r in half]
+    for old, new in zip(half, again):
+        assert np.allclose([r["score"] for r in old], [r["score"] for r in new], atol=1e-3)
+
+
 def test_sw6_writes_of_another_process_are_seen(api, services, settings, embedder, clock):
     """rule SW6: another process writing the same store (here: a second Services on the file)
     bumps the docs revision; the next search catches up from it."""

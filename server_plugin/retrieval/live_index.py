@@ -30,6 +30,7 @@ from ..errors import ServiceUnavailable
 from ..services import Services
 from ..store.db import Database, loads
 from . import docs as index
+from .columns import Codes, Postings
 from . import ranking as R
 from . import visibility
 
@@ -40,51 +41,6 @@ REEMBED_BATCH = 8  # texts per background embedding call (a query waits at most 
 
 
 # --- the in-memory index -----------------------------------------------------------------------
-class _Codes:
-    """Small integer codes for repeated values (chats, speakers, sessions, known_by sets)."""
-
-    def __init__(self) -> None:
-        self.code: dict[Any, int] = {}
-        self.values: list[Any] = []
-
-    def __call__(self, value: Any) -> int:
-        if value is None:
-            return -1
-        found = self.code.get(value)
-        if found is None:
-            found = self.code[value] = len(self.values)
-            self.values.append(value)
-        return found
-
-
-class _Postings:
-    """term -> (rows, counts): appended as rows arrive, turned into arrays only when a query uses
-    the term (and again after it changed)."""
-
-    def __init__(self) -> None:
-        self.lists: dict[str, tuple[list[int], list[float]]] = {}
-        self.arrays: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-
-    def add(self, row: int, counts: dict[str, float]) -> None:
-        for term, tf in counts.items():
-            entry = self.lists.get(term)
-            if entry is None:
-                entry = self.lists[term] = ([], [])
-            entry[0].append(row)
-            entry[1].append(float(tf))
-            self.arrays.pop(term, None)
-
-    def get(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
-        found = self.arrays.get(term)
-        if found is None:
-            entry = self.lists.get(term)
-            if entry is None:
-                return None
-            found = self.arrays[term] = (np.asarray(entry[0], dtype=np.int64),
-                                         np.asarray(entry[1], dtype=np.float64))
-        return found
-
-
 _COLUMNS = ("id, kind, chat_id, character_id, known_by, session_key, position, created_at,"
             " content_len, cues, terms, passages, cast_version")
 
@@ -114,8 +70,11 @@ class LiveIndex:
     previous-1, next-1, previous-2, next-2, as `ranking.neighbour_index`).
     """
 
-    def __init__(self, window_weights: Sequence[float], capacity: int = 1024, dim: int = DIM) -> None:
+    def __init__(self, window_weights: Sequence[float], capacity: int = 1024, dim: int = DIM,
+                 half: bool = False) -> None:
         self.window_weights, self.dim = tuple(window_weights), dim
+        # float16 vectors (`search_half_vectors`): half the memory; ranking.dot multiplies them.
+        self.vtype = np.float16 if half else np.float32
         self.n = 0
         self.dead = 0
         self.rev = 0
@@ -123,20 +82,20 @@ class LiveIndex:
         self.stale_cast = False  # some row's vector may hold names of the current cast
         self.cap = capacity
         self.a = {name: np.full(capacity, fill, dtype=dtype) for name, (dtype, fill) in _FIELDS.items()}
-        self.vectors = np.zeros((capacity, dim), dtype=np.float32)
+        self.vectors = np.zeros((capacity, dim), dtype=self.vtype)
         self.nbr = np.full((capacity, 4), -1, dtype=np.int64)
-        self.pvec = np.zeros((max(16, capacity // 2), dim), dtype=np.float32)
+        self.pvec = np.zeros((max(16, capacity // 2), dim), dtype=self.vtype)
         self.powner = np.zeros(len(self.pvec), dtype=np.int64)
         self.pn = 0
-        self.postings = _Postings()
+        self.postings = Postings()
         # BM25's neighbour-spread postings per term (ranking.TermIndex.spread_cache); a term is
         # dropped when a row holding it is added or gets new neighbours, so it is never stale.
         self.spread_cache: dict[str, Any] = {}
         self.row_terms: list[tuple[str, ...]] = []
         self.row_of: dict[int, int] = {}
         self.groups: dict[int, list[tuple[float, int, int]]] = {}  # gid -> sorted (pos, doc id, row)
-        self.kinds, self.chats, self.owners = _Codes(), _Codes(), _Codes()
-        self.known_sets, self.sessions = _Codes(), _Codes()
+        self.kinds, self.chats, self.owners = Codes(), Codes(), Codes()
+        self.known_sets, self.sessions = Codes(), Codes()
 
     # -- growing ---------------------------------------------------------------------------------
     def _reserve(self, rows: int, passages: int) -> None:
@@ -146,12 +105,12 @@ class LiveIndex:
                 grown = np.full(cap, fill, dtype=dtype)
                 grown[: self.n] = self.a[name][: self.n]
                 self.a[name] = grown
-            self.vectors = np.concatenate([self.vectors[: self.n], np.zeros((cap - self.n, self.dim), np.float32)])
+            self.vectors = np.concatenate([self.vectors[: self.n], np.zeros((cap - self.n, self.dim), self.vtype)])
             self.nbr = np.concatenate([self.nbr[: self.n], np.full((cap - self.n, 4), -1, np.int64)])
             self.cap = cap
         if self.pn + passages > len(self.pvec):
             cap = max(len(self.pvec) * 2, self.pn + passages)
-            self.pvec = np.concatenate([self.pvec[: self.pn], np.zeros((cap - self.pn, self.dim), np.float32)])
+            self.pvec = np.concatenate([self.pvec[: self.pn], np.zeros((cap - self.pn, self.dim), self.vtype)])
             self.powner = np.concatenate([self.powner[: self.pn], np.zeros(cap - self.pn, np.int64)])
 
     # -- rows ------------------------------------------------------------------------------------
@@ -231,7 +190,7 @@ class LiveIndex:
         total = self.vectors[rows].astype(np.float64)
         for col, w in ((0, w1), (1, w1), (2, w2), (3, w2)):
             has = nbr[:, col] >= 0
-            total[has] += w * self.vectors[nbr[has, col]]
+            total[has] += w * self.vectors[nbr[has, col]].astype(np.float64)
             if col == 1:
                 self.a["win1"][rows] = np.maximum(np.linalg.norm(total, axis=1), 1e-12)
         self.a["win2"][rows] = np.maximum(np.linalg.norm(total, axis=1), 1e-12)
@@ -305,10 +264,10 @@ def _add_rows(live: LiveIndex, rows: Sequence[Any], vecs: dict[int, np.ndarray],
         live.append(r, vector, passages, link=link)
 
 
-def build(db: Database, window_weights: Sequence[float]) -> LiveIndex:
-    """A fresh LiveIndex of every docs row, from one consistent snapshot."""
+def build(db: Database, window_weights: Sequence[float], half: bool = False) -> LiveIndex:
+    """A fresh LiveIndex of every docs row, from one consistent snapshot (`half`: float16 vectors)."""
     with db.read() as conn:
-        live = LiveIndex(window_weights, dim=index.model(conn)[1])
+        live = LiveIndex(window_weights, dim=index.model(conn)[1], half=half)
         live.rev = index.revision(conn)
         live.cast_version = index.cast_version(conn)
         rows = index.all_rows(conn, _COLUMNS)
@@ -374,7 +333,7 @@ class SearchState:
         """Build the index (at start-up, or on the first query without a background thread)."""
         started = time.perf_counter()
         try:
-            fresh = build(self.svc.db, self._weights())
+            fresh = build(self.svc.db, self._weights(), self.svc.settings.search_half_vectors)
             with self.lock:
                 self.live = fresh
                 catch_up(fresh, self.svc.db)
@@ -402,7 +361,7 @@ class SearchState:
         live.set_window_weights(self._weights())
         limit = max(2000, live.n // 4)
         if not catch_up(live, self.svc.db, limit):
-            self.live = live = build(self.svc.db, self._weights())
+            self.live = live = build(self.svc.db, self._weights(), self.svc.settings.search_half_vectors)
             catch_up(live, self.svc.db)
         return live
 
@@ -414,7 +373,7 @@ class SearchState:
             live = self.current()
             rebuild = live.n and live.dead / live.n > self.svc.settings.search_rebuild_share
         if rebuild:
-            fresh = build(self.svc.db, self._weights())
+            fresh = build(self.svc.db, self._weights(), self.svc.settings.search_half_vectors)
             with self.lock:
                 catch_up(fresh, self.svc.db)
                 self.live = fresh

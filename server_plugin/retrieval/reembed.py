@@ -216,7 +216,7 @@ def switch(svc: Services, target: Embedder) -> bool:
         svc.embedder = target
         if state.live is not None:  # the new model's vectors, before any query is embedded with it
             s = svc.settings
-            state.live = live_index.build(svc.db, (s.search_window_w1, s.search_window_w2))
+            state.live = live_index.build(svc.db, (s.search_window_w1, s.search_window_w2), s.search_half_vectors)
     move = move_of(svc)
     with move.lock:
         move.target, move.error = None, None

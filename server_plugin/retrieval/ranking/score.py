@@ -10,6 +10,7 @@ import numpy as np
 
 from .dates import date_prior, query_dates
 from .text import Cast, analyze, is_temporal_query, rewrite_query
+from .vectors import dot
 from .windows import columns, neighbour_sum, window_scores
 
 # ---------------------------------------------------------------------------------------------
@@ -338,7 +339,7 @@ def channel_scores(
             bigram_weight=params.bigram_weight, mask=mask,
             neighbours=corpus.neighbours, neighbour_weights=params.neighbour_weights,
         )
-    base = corpus.vectors @ query.vector
+    base = dot(corpus.vectors, query.vector)
     out["dense"] = base
     if corpus.win_vectors is not None:
         if params.w_dense_win1:
@@ -352,7 +353,7 @@ def channel_scores(
         if params.w_dense_win2 and corpus.win2_norm is not None and nbr is not None:
             out["dense_win2"] = window_scores(base, nbr, 2, corpus.win2_norm, params.window_weights)
     if params.w_dense_sent and corpus.sent_vectors is not None and len(corpus.sent_vectors):
-        sims = corpus.sent_vectors @ query.vector
+        sims = dot(corpus.sent_vectors, query.vector)
         out["dense_sent"] = np.maximum(base, segment_max(sims, corpus.sent_owner, len(corpus), base))
     return out
 
