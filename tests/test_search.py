@@ -312,6 +312,46 @@ def test_sw6_float16_vectors_rank_as_float32_ones(api, services, settings, embed
         assert np.allclose([r["score"] for r in old], [r["score"] for r in new], atol=1e-3)
 
 
+def test_sw6_a_fresh_index_loaded_in_bulk_equals_one_appended_row_by_row(quiet, services):
+    """rule SW6: the start-up build fills the index column by column (live_bulk.load); it holds
+    exactly what appending each row in order holds: fields, vectors, passages, postings, codes,
+    session lists and links."""
+    api = quiet
+    setup_cast(api)
+    chat(api, "ca", [A, B])
+    chat(api, "cb", [B, C])
+    say(api, "ca", [("1", "kai", "The bridge at Varn collapsed last spring."),
+                    ("2", A, "I was on it when the stones gave way. " * 6 + "Nobody came for hours."),
+                    ("3", B, "Ayla still limps from that day.")])
+    say(api, "cb", [("4", C, "Cato keeps the ledger of the salt trade."), ("5", B, "And the key to it.")])
+    say(api, "ca", [("2", A, "I was standing on it when the old stones gave way.")])  # an edit: a dead row
+    memory(api, "Bren rebuilt the bridge at Varn with his brothers.", scope="character", character_id=B)
+    memory(api, "The salt road runs north past the old watchtower and the river ford. " * 5)
+    with services.db.read() as conn:
+        rows = index.all_rows(conn, live_index._COLUMNS)
+        vecs, pvecs = index.item_vectors(conn, None), index.passage_vectors(conn, None)
+    assert pvecs, "the long memory has passages"
+    bulk = live_index.build(services.db, (1.0, 0.6), True)
+    one = live_index.LiveIndex((1.0, 0.6), dim=bulk.dim, half=True)
+    one.rev, one.cast_version = bulk.rev, bulk.cast_version
+    live_index._add_rows(one, rows, vecs, pvecs, link=False)
+    one.link_all()
+    assert (bulk.n, bulk.pn, bulk.stale_cast) == (one.n, one.pn, one.stale_cast)
+    for name in bulk.a:
+        assert np.array_equal(bulk.a[name][:bulk.n], one.a[name][:one.n], equal_nan=True), name
+    assert np.array_equal(bulk.vectors[:bulk.n], one.vectors[:one.n])
+    assert np.array_equal(bulk.pvec[:bulk.pn], one.pvec[:one.pn])
+    assert np.array_equal(bulk.powner[:bulk.pn], one.powner[:one.pn])
+    assert np.array_equal(bulk.nbr[:bulk.n], one.nbr[:one.n])
+    assert bulk.postings.terms() == one.postings.terms() and bulk.postings.terms()
+    for term in one.postings.terms():
+        (bulk_rows, bulk_tfs), (one_rows, one_tfs) = bulk.postings.get(term), one.postings.get(term)
+        assert np.array_equal(bulk_rows, one_rows) and np.array_equal(bulk_tfs, one_tfs), term
+    assert bulk.row_terms == one.row_terms and bulk.row_of == one.row_of and bulk.groups == one.groups
+    for codes in ("kinds", "chats", "owners", "known_sets", "sessions"):
+        assert getattr(bulk, codes).values == getattr(one, codes).values, codes
+
+
 def test_sw6_writes_of_another_process_are_seen(api, services, settings, embedder, clock):
     """rule SW6: another process writing the same store (here: a second Services on the file)
     bumps the docs revision; the next search catches up from it."""

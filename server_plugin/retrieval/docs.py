@@ -37,7 +37,7 @@ from ..core.text import ANALYZER_VERSION, MONTHS
 from ..errors import Unprocessable
 from ..hooks import Hooks
 from ..store.db import Connection, Database, dumps, loads
-from . import ranking
+from . import ranking, vec_chunks
 
 if TYPE_CHECKING:
     from ..jobs.queue import JobKinds
@@ -404,26 +404,14 @@ def prune_gone(conn: Connection, rev: int) -> None:
     conn.execute("UPDATE search_meta SET value = max(value, ?) WHERE key='docs_gone_floor'", (rev,))
 
 
-def _vectors(conn: Connection, table: str, rowids: Sequence[int] | None) -> dict[int, np.ndarray]:
-    if rowids is None:
-        rows = conn.execute(f"SELECT rowid, embedding FROM {table}").fetchall()
-    else:
-        rows = []
-        for start in range(0, len(rowids), 500):
-            chunk = list(rowids[start:start + 500])
-            rows += conn.execute(f"SELECT rowid, embedding FROM {table} WHERE rowid IN"
-                                 f" ({','.join('?' * len(chunk))})", chunk).fetchall()
-    return {int(r[0]): np.frombuffer(r[1], dtype=np.float32) for r in rows}
-
-
 def item_vectors(conn: Connection, doc_ids: Sequence[int] | None) -> dict[int, np.ndarray]:
     """The vectors of these rows (None: of every row), by doc id."""
-    return _vectors(conn, "docs_vec", doc_ids)
+    return vec_chunks.read(conn, "docs_vec", doc_ids, model(conn)[1])
 
 
 def passage_vectors(conn: Connection, rowids: Sequence[int] | None) -> dict[int, np.ndarray]:
     """Passage vectors by passage rowid (doc id * MAX_PASSAGES + n; None: every one)."""
-    return _vectors(conn, "docs_passages", rowids)
+    return vec_chunks.read(conn, "docs_passages", rowids, model(conn)[1])
 
 
 # --- re-embedding (names changed, or a row prepared without the cast) -----------------------

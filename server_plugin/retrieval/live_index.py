@@ -30,6 +30,7 @@ from ..errors import ServiceUnavailable
 from ..services import Services
 from ..store.db import Database, loads
 from . import docs as index
+from . import live_bulk
 from .columns import Codes, Postings
 from . import ranking as R
 from . import visibility
@@ -186,14 +187,16 @@ class LiveIndex:
 
     def _norms(self, rows: np.ndarray) -> None:
         w1, w2 = (list(self.window_weights) + [0.0, 0.0])[:2]
-        nbr = self.nbr[rows]
-        total = self.vectors[rows].astype(np.float64)
-        for col, w in ((0, w1), (1, w1), (2, w2), (3, w2)):
-            has = nbr[:, col] >= 0
-            total[has] += w * self.vectors[nbr[has, col]].astype(np.float64)
-            if col == 1:
-                self.a["win1"][rows] = np.maximum(np.linalg.norm(total, axis=1), 1e-12)
-        self.a["win2"][rows] = np.maximum(np.linalg.norm(total, axis=1), 1e-12)
+        for lo in range(0, len(rows), 8192):  # in blocks: a campaign's rows at once would be GBs
+            part = rows[lo:lo + 8192]
+            nbr = self.nbr[part]
+            total = self.vectors[part].astype(np.float32)
+            for col, w in ((0, w1), (1, w1), (2, w2), (3, w2)):
+                has = nbr[:, col] >= 0
+                total[has] += np.float32(w) * self.vectors[nbr[has, col]].astype(np.float32)
+                if col == 1:
+                    self.a["win1"][part] = np.maximum(np.linalg.norm(total, axis=1), 1e-12)
+            self.a["win2"][part] = np.maximum(np.linalg.norm(total, axis=1), 1e-12)
 
     def link_all(self) -> None:
         """Neighbour links and window norms of every row at once (after a bulk load)."""
@@ -273,8 +276,7 @@ def build(db: Database, window_weights: Sequence[float], half: bool = False) -> 
         rows = index.all_rows(conn, _COLUMNS)
         vecs = index.item_vectors(conn, None)
         pvecs = index.passage_vectors(conn, None) if any(r["passages"] for r in rows) else {}
-    live._reserve(len(rows), len(pvecs))
-    _add_rows(live, rows, vecs, pvecs, link=False)
+    live_bulk.load(live, rows, vecs, pvecs, _day)
     live.link_all()
     return live
 
