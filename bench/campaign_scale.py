@@ -129,9 +129,11 @@ def fill_memories(svc, rnd: random.Random, start: int, stop: int) -> None:
 
     texts = []
     for i in range(start, stop):
-        # One in nine global; the rest spread over the cast; a few pinned (within the quotas).
+        # One in nine global; the rest spread over the cast; a few pinned (within the quotas of
+        # 20 per scope: one in 50 of the first 1,500, then one in 250).
         cid = None if i % 9 == 0 else CAST[i % 40][0]
-        texts.append((cid, i % 50 == 0, f"[{i}] " + sentence(rnd, rnd.randint(8, 30))))
+        pinned = i % 50 == 0 if i < 1500 else i % 250 == 0
+        texts.append((cid, pinned, f"[{i}] " + sentence(rnd, rnd.randint(8, 30))))
     svc.embedder.embed([t for *_, t in texts], svc.embed_wait())
     for cid, pinned, text in texts:
         memories.create(svc, {"text": text, "scope": "character" if cid else "global",
@@ -328,6 +330,9 @@ def rebuild(data_dir: Path, limit: float = 6 * 3600) -> dict:
         car.stop()
 
 
+REBUILD_LIMIT = [6 * 3600.0]  # --rebuild-limit: seconds the background rebuild is followed
+
+
 def exports(data_dir: Path) -> dict:
     """Disk, backup, and the export and import with and without vectors (then the rebuild)."""
     out: dict = {"disk_mb": round(du_mb(data_dir), 1)}
@@ -346,7 +351,7 @@ def exports(data_dir: Path) -> dict:
             if os.path.exists(file):
                 os.remove(file)
         if out.get("import_bare_s") is not None and not out["import_bare"].startswith("FAILED"):
-            out.update(rebuild(Path(f"{tmp}/imported_bare")))
+            out.update(rebuild(Path(f"{tmp}/imported_bare"), REBUILD_LIMIT[0]))
     return out
 
 
@@ -423,9 +428,12 @@ def main() -> None:
                         help="measure each step on a fresh copy of KEEP@STEP (no fill)")
     parser.add_argument("--exports-only", action="store_true",
                         help="measure only disk, backup, exports and imports (with and without vectors)")
+    parser.add_argument("--rebuild-limit", type=float, default=6 * 3600,
+                        help="seconds the rebuild after the vectorless import is followed (rebuild_s null past it)")
     parser.add_argument("--catch-up-limit", type=float, default=6 * 3600,
                         help="seconds the fill's jobs may run before measuring (the rest wait)")
     args = parser.parse_args()
+    REBUILD_LIMIT[0] = args.rebuild_limit
     data_dir = Path(args.keep)
     data_dir.mkdir(parents=True, exist_ok=True)
     turns, questions = locomo()

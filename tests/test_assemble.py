@@ -609,3 +609,26 @@ def test_invariant_budget_never_exceeded(c, ctx, as_text):
     last_ids = [e.id for e in s["last_action"].included + s["last_action"].truncated]
     if last_ids and last_ids[0] in message_ids:
         assert last_ids[0] in out.live_message_ids
+
+
+@pytest.mark.parametrize("context_tokens", [300, 1000, 4000])
+def test_qs3_story_summary_items_out_of_reach_are_not_candidates(context_tokens):
+    """rule QS3: the story summary's candidates stop at the first item whose tokens, with those
+    before it, pass twice the context; what the prompt holds is the same as with every item (the
+    older ones could never appear), and the report lists only the candidates."""
+    from server_plugin.story.context import within_reach
+
+    summary = [Item(f"s{i}", words(20 + 7 * (i % 5), ("apple", "river", "stone", "cloud")[i % 4]))
+               for i in range(400)]
+    kept = within_reach(summary, context_tokens, C)
+    tokens = [C.count(i.text) for i in summary]
+    assert sum(tokens[:len(kept) - 1]) <= 2 * context_tokens < sum(tokens[:len(kept)])
+    assert kept == summary[:len(kept)] and len(kept) < len(summary)
+    whole = assemble(one_turn(story_summary=summary), context_tokens, C)
+    near = assemble(one_turn(story_summary=kept), context_tokens, C)
+    assert [(b.section, b.text) for b in near.blocks] == [(b.section, b.text) for b in whole.blocks]
+    assert ids(near.sections["story_summary"].included) == ids(whole.sections["story_summary"].included)
+    listed = near.sections["story_summary"]
+    assert len(listed.included) + len(listed.truncated) + len(listed.dropped) == len(kept)
+    short = summary[:3]
+    assert within_reach(short, context_tokens, C) == short

@@ -218,6 +218,21 @@ def story_summary(svc: Services, chat_id: str, viewer_id: str | None = None) -> 
     return list(svc.cached("context_story_summary", key, read, size=8))
 
 
+def within_reach(items: Sequence[Item], context_tokens: int, counter: Any) -> list[Item]:
+    """The story summary's items that any assembly of a `context_tokens` context could show: in
+    order, up to the first whose tokens, with those before it, pass twice the context (a section's
+    room is part of the context; twice, because a rendered item can count a token or so apart from
+    its text). The older ones cannot appear, so they are not candidates: otherwise every turn would
+    clean, render, count and list every summary of the campaign (1,663 items, 459,000 tokens at
+    30,000 messages, most of the call's time)."""
+    total = 0
+    for i, item in enumerate(items):
+        total += counter.count(item.text)
+        if total > 2 * context_tokens:
+            return list(items[:i + 1])
+    return list(items)
+
+
 @dataclass(frozen=True)
 class SavedMemories:
     pinned: list[Item]
@@ -277,7 +292,7 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
         last_action=turn.last_action, messages=window,
         instructions=turn.instructions, plot_essentials=turn.plot_essentials,
         authors_note=turn.authors_note, front_memory=turn.front_memory,
-        story_summary=summary,
+        story_summary=within_reach(summary, turn.context_tokens, svc.tokens),
         pinned_memories=saved.pinned,
         character_sheets=character_sheets(svc, the_cast, present, turn.speaker_id, chat["campaign_id"]),
         campaign_notes=campaign_notes(svc, chat["id"]),
