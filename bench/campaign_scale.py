@@ -125,6 +125,7 @@ def fill_lore(svc, rnd: random.Random, start: int, stop: int) -> None:
 
 
 def fill_memories(svc, rnd: random.Random, start: int, stop: int) -> None:
+    from server_plugin.errors import Conflict
     from server_plugin.story import memories
 
     texts = []
@@ -136,8 +137,12 @@ def fill_memories(svc, rnd: random.Random, start: int, stop: int) -> None:
         texts.append((cid, pinned, f"[{i}] " + sentence(rnd, rnd.randint(8, 30))))
     svc.embedder.embed([t for *_, t in texts], svc.embed_wait())
     for cid, pinned, text in texts:
-        memories.create(svc, {"text": text, "scope": "character" if cid else "global",
-                              "character_id": cid, "pinned": pinned, "actor": "user", "chat_id": CHAT})
+        body = {"text": text, "scope": "character" if cid else "global",
+                "character_id": cid, "pinned": pinned, "actor": "user", "chat_id": CHAT}
+        try:
+            memories.create(svc, body)
+        except Conflict:  # the scope's pinned quota is full (a store filled by an earlier version)
+            memories.create(svc, {**body, "pinned": False})
 
 
 def message(i: int, turns: list[tuple[str, str]]) -> dict:
