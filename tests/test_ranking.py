@@ -429,3 +429,20 @@ def test_sw6_half_precision_rows_score_within_3e_4_of_float32():
         assert np.abs(got - want).max() < 3e-4
     assert int(np.argmax(dot(half, query))) == 17
     assert dot(half[:0], query).shape == (0,)
+
+
+def test_sw6_best_passage_per_item_in_runs_or_scattered():
+    """rule SW6: the best passage score per item is the same whether an item's passages lie
+    together (as the store appends them) or scattered; an item without passages keeps its fill."""
+    rng = np.random.default_rng(3)
+    owners = np.sort(rng.integers(0, 40, size=300))
+    values = rng.standard_normal(300)
+    fill = rng.standard_normal(50)
+    want = fill.copy()
+    for item in range(50):
+        if (owners == item).any():
+            want[item] = values[owners == item].max()
+    assert np.array_equal(R.segment_max(values, owners, 50, fill), want)
+    shuffled = rng.permutation(300)
+    assert np.array_equal(R.segment_max(values[shuffled], owners[shuffled], 50, fill), want)
+    assert np.array_equal(R.segment_max(values[:1], owners[:1], 50, fill)[owners[0]], values[0])

@@ -184,7 +184,13 @@ def group_max(scores: np.ndarray, gids: np.ndarray, mask: np.ndarray | None = No
 def segment_max(values: np.ndarray, owners: np.ndarray, n_items: int, fill: np.ndarray) -> np.ndarray:
     """Max of `values` per owning item (best passage per item); `fill` where an item has none."""
     out = np.full(n_items, -np.inf)
-    if len(values):
+    if not len(values):
+        return np.where(np.isfinite(out), out, fill)
+    if len(owners) > 1 and np.all(owners[1:] >= owners[:-1]):
+        # The store appends an item's passages together: one max per run (ufunc.at is ~10x slower).
+        starts = np.concatenate(([0], np.flatnonzero(owners[1:] != owners[:-1]) + 1))
+        out[owners[starts]] = np.maximum.reduceat(values, starts)
+    else:
         np.maximum.at(out, owners, values)
     return np.where(np.isfinite(out), out, fill)
 
