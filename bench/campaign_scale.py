@@ -375,7 +375,7 @@ def take_snapshot(data_dir: Path, step: int, limit: float) -> dict:
 
 
 def measure(data_dir: Path, step: int, questions: list[str], n: int, model, limit: float,
-            exports_only: bool = False) -> dict:
+            exports_only: bool = False, calls_only: bool = False) -> dict:
     out: dict = {"messages": step, **catch_up(data_dir, limit)}
     if exports_only:
         return {**out, **exports(data_dir)}
@@ -401,7 +401,7 @@ def measure(data_dir: Path, step: int, questions: list[str], n: int, model, limi
         out["items"] = car.session.get(f"{car.base}/health", timeout=5).json()["search"]["rows"]
     finally:
         car.stop()
-    return {**out, **exports(data_dir)}
+    return out if calls_only else {**out, **exports(data_dir)}
 
 
 def measure_snapshot(data_dir: Path, step: int, questions: list[str], args, model) -> dict:
@@ -416,7 +416,8 @@ def measure_snapshot(data_dir: Path, step: int, questions: list[str], args, mode
     try:
         print(f"step {step}: measuring a copy of {source}", flush=True)
         return {"from_snapshot": str(source),
-                **measure(work, step, questions, args.requests, model, args.catch_up_limit, args.exports_only)}
+                **measure(work, step, questions, args.requests, model, args.catch_up_limit, args.exports_only,
+                          args.calls_only)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -433,6 +434,8 @@ def main() -> None:
                         help="measure each step on a fresh copy of KEEP@STEP (no fill)")
     parser.add_argument("--exports-only", action="store_true",
                         help="measure only disk, backup, exports and imports (with and without vectors)")
+    parser.add_argument("--calls-only", action="store_true",
+                        help="measure ready, memory and the timed calls only (no disk, backup, exports)")
     parser.add_argument("--rebuild-limit", type=float, default=6 * 3600,
                         help="seconds the rebuild after the vectorless import is followed (rebuild_s null past it)")
     parser.add_argument("--catch-up-limit", type=float, default=6 * 3600,
@@ -456,7 +459,7 @@ def main() -> None:
         if not args.fill_only and not args.from_snapshots:
             print(f"step {step}: measuring", flush=True)
             result.update(measure(data_dir, step, questions, args.requests, model, args.catch_up_limit,
-                                  args.exports_only))
+                                  args.exports_only, args.calls_only))
         result["load_avg"] = round(os.getloadavg()[0], 1)
         result["at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         print(json.dumps(result), flush=True)
