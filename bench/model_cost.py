@@ -52,6 +52,9 @@ def start(data_dir: str, log_path: str, model_url: str) -> tuple[Any, str]:
            "CHRONICLER_LLM_URL": model_url, "CHRONICLER_LLM_MODEL": "fake",
            "CHRONICLER_WORKER_ENABLED": "true", "CHRONICLER_JOBS_LIST_MAX": "100000",
            "CHRONICLER_JOB_BACKOFF_BASE_SECONDS": "0", "CHRONICLER_LLM_BACKOFF_BASE": "0",
+           # A conversation is posted in a few seconds: parts fill by size; the last one of each
+           # chat is read once it has waited this long (MJ1), so the queue drains soon after.
+           "CHRONICLER_PART_WAIT_SECONDS": os.environ.get("CHRONICLER_PART_WAIT_SECONDS", "20"),
            "PYTHONPATH": str(ROOT)}
     log = open(log_path, "w")
     proc = subprocess.Popen([sys.executable, "-m", "server_plugin.cli", "serve", "--port", str(port),

@@ -134,10 +134,11 @@ def sections_of(system: str) -> dict[str, str]:
     keys = re.search(r"keys are the section names \(([^)]*)\)", system)
     names = re.findall(r'"([a-z_0-9]+)"', keys.group(1)) if keys else []
     out = {}
-    for key in names:
-        rules = system.split(f'\n- "{key}": ', 1)[1].split('\n\n- "', 1)[0]
-        out[key] = next(task for task, marker in TASKS.items() if marker in rules)
-    return out
+    # Each block of rules opens with the keys it is for (several when their rules are the same).
+    for block in re.finditer(r'\n- ((?:"[a-z_0-9]+"(?:, )?)+): (.*?)(?=\n\n- "|\Z)', system, re.DOTALL):
+        task = next(task for task, marker in TASKS.items() if marker in block.group(2))
+        out.update({key: task for key in re.findall(r'"([a-z_0-9]+)"', block.group(1))})
+    return {key: out[key] for key in names}
 
 
 class Answers:
