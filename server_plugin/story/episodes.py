@@ -179,7 +179,7 @@ def queue_part(svc: Services, conn: Connection, chat_id: str, turn_id: str | Non
     target = {"n": rows[-1]["session_n"], "message_ids": list(message_ids)}
     for character_id in learners:
         queue.enqueue(svc, MEMORIES_JOB, chat_id=chat_id, turn_id=turn_id, dedupe=False, target={
-            **target, "character_ids": [character_id], "origin": "part",
+            **target, "character_ids": [character_id], "origin": "session",
             "per_character": svc.settings.character_memories_per_character})
     if learners:
         messages.mark_memories_read(conn, rows, SESSION_READ)

@@ -166,6 +166,13 @@ def _rules_of(prompts: dict[str, Prompt]) -> list[str]:
     return out
 
 
+def _player_shown(messages: Sequence[ChatMessage], characters: Sequence[CharacterRef]) -> bool:
+    """Whether the characters shown say who speaks every player message (each is a player
+    character's by name), so the messages need not tag them."""
+    players = {c.name for c in characters if c.is_player}
+    return bool(players) and all(m.speaker in players for m in messages if m.role == "user")
+
+
 def combine(prompts: dict[str, Prompt]) -> Prompt:
     """One prompt for several tasks' prompts over the same messages (key -> prompt; see `joins`).
     Raises ValueError when they cannot share a call."""
@@ -181,13 +188,13 @@ def combine(prompts: dict[str, Prompt]) -> Prompt:
         extra = _extra(prompt, messages, characters if _shows_characters(prompt) else ())
         if extra:
             extras.append(f"For \"{key}\":\n{extra}")
-    system = ("You read one part of a roleplay chat once and do several tasks with it. Answer every "
-              "section below in ONE JSON object whose keys are the section names ("
-              + ", ".join(f'"{k}"' for k in prompts) + "), each holding that section's answer, "
-              f"and nothing else.\nFor every section: {COMMON_RULES}\nQuote rule: {QUOTE_RULE}\n\n"
+    system = ("You read one part of a roleplay chat once and do several tasks with it. Answer with ONE "
+              "JSON object with a key for each section below, holding that section's answer, and "
+              f"nothing else.\nFor every section: {COMMON_RULES}\nQuote rule: {QUOTE_RULE}\n\n"
               + "\n\n".join(_rules_of(prompts)))
     user = (render_characters(characters) + "\n\n" if characters else "") + \
-        ("\n\n".join(extras) + "\n\n" if extras else "") + "Messages:\n" + render_messages(messages)
+        ("\n\n".join(extras) + "\n\n" if extras else "") + "Messages:\n" + \
+        render_messages(messages, player_tag=not _player_shown(messages, characters))
     # Every section is required: a model held to this schema (llm_json_mode json_schema) then
     # writes each one, instead of nesting the next section inside the one before.
     schema = {"type": "object", "properties": {k: p.json_schema for k, p in prompts.items()},

@@ -348,8 +348,8 @@ def session_summary(messages: Sequence[ChatMessage], *, earlier: Sequence[Summar
     user = f"Session {session}.\n" if session is not None else ""
     mine = [i for i, m in enumerate(messages) if m.id in set(only)] if only is not None else []
     if mine:
-        user += (f"This session is messages {message_label(mine[0])}-{message_label(mine[-1])}; the "
-                 "others are another session's, shown for context: do not summarise them.\n")
+        user += (f"Its messages: {message_label(mine[0])}-{message_label(mine[-1])} (summarise only "
+                 "those).\n")
     if open_notes:
         user += "Open campaign notes:\n<notes>\n" + "\n".join(
             f"[n{i + 1}] (priority {n.priority}) {n.text}" for i, n in enumerate(open_notes)
