@@ -124,18 +124,17 @@ def chunk_summary(messages: Sequence[ChatMessage], *, previous: str = "", budget
     """
     need(messages, "chunk_summary needs at least one message")
     system = (
-        "You summarise a stretch of a roleplay chat that is about to leave the model's memory, "
-        "so the story can go on consistently without it.\n"
+        "You summarise a stretch of a roleplay chat that is leaving the model's memory, so the "
+        "story can go on without it.\n"
         f"- {COMMON_RULES}\n"
         "- Keep every name, decision, promise, plan, discovery, place and object that may matter "
         "later; leave out small talk and style. Past tense, third person.\n"
         f"- The summary is at most about {words_for(budget_tokens)} words and holds no direct quotes.\n"
         f"- Put up to {max_quotes} memorable lines (a vow, a confession, a joke worth recalling) in "
-        f"\"quotes\". {QUOTE_RULE}\n"
+        f"\"quotes\", or none. {QUOTE_RULE}\n"
         f"{ANSWER_RULE}\n"
         + json_block({"summary": "…", "quotes": [{"speaker": "Name", "text": "exact words",
                                                  "message": "m1"}]})
-        + "\nUse \"quotes\": [] when no line is worth keeping."
     )
     user = ""
     if previous.strip():
