@@ -194,6 +194,23 @@ def test_mj1_a_part_is_bounded_by_the_models_context(tmp_path):
     assert size(llm_context_tokens=8192) == 8192 - 6000
 
 
+@pytest.mark.parametrize("overrides", [{"llm_context_tokens": 4000, "part_reserve_tokens": 3950}], indirect=True)
+def test_mj1_mj2_a_part_call_never_asks_more_than_the_models_context(api, services, fake):
+    """rules MJ1, MJ2: a small model context makes small parts (its context less the reserve),
+    and no call asks for a longer answer than the context leaves after its prompt."""
+    two_sessions(api)
+    services.clock.advance(seconds=WAIT + 1)
+    drain(services)
+    bodies = fake.completions()
+    assert len(bodies) >= 2  # 50 tokens a part: the six messages do not fit one
+    counter = get_counter()
+    asked = [body["max_tokens"] + sum(counter.count(m["content"]) for m in body["messages"]) for body in bodies]
+    assert all(n <= 4000 for n in asked), asked
+    assert 4000 in asked  # the context was the bound
+    sessions = expect_ok(api.get("/v1/chats/c1/sessions"), 200)["sessions"]
+    assert [s["state"] for s in sessions] == ["summarized", "summarized"]
+
+
 def test_mj1_cut_prefers_the_last_session_end_inside_the_part():
     rows = [{"tokens": 10, "session_n": n} for n in (1, 1, 2, 2, 2, 3)]
     assert parts.cut(rows, 45, 1500) == 2  # four fit; session 1 ends after the second
