@@ -329,7 +329,9 @@ def session_summary(messages: Sequence[ChatMessage], *, earlier: Sequence[Summar
     system = (
         "You write the record of one finished session of a roleplay campaign.\n"
         f"- {COMMON_RULES}\n"
-        f"- \"full\": what happened, in order, at most about {words_for(full_tokens)} words: names, "
+        + ("- Other messages may be shown around the session's own (named below): summarise only "
+           "its own.\n" if only is not None else "")
+        + f"- \"full\": what happened, in order, at most about {words_for(full_tokens)} words: names, "
         "places, decisions, promises, discoveries, how the session ended. No direct quotes.\n"
         f"- \"short\": ONE paragraph (no line breaks) of at most about {words_for(short_tokens)} words, "
         "the essentials someone needs to continue.\n"
@@ -347,8 +349,7 @@ def session_summary(messages: Sequence[ChatMessage], *, earlier: Sequence[Summar
     user = f"Session {session}.\n" if session is not None else ""
     mine = [i for i, m in enumerate(messages) if m.id in set(only)] if only is not None else []
     if mine:
-        user += (f"Its messages: {message_label(mine[0])}-{message_label(mine[-1])} (summarise only "
-                 "those).\n")
+        user += f"Its messages: {message_label(mine[0])}-{message_label(mine[-1])}.\n"
     if open_notes:
         user += "Open campaign notes:\n<notes>\n" + "\n".join(
             f"[n{i + 1}] (priority {n.priority}) {n.text}" for i, n in enumerate(open_notes)
