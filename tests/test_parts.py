@@ -211,6 +211,22 @@ def test_mj1_mj2_a_part_call_never_asks_more_than_the_models_context(api, servic
     assert [s["state"] for s in sessions] == ["summarized", "summarized"]
 
 
+def test_mj1_rebuilt_summaries_read_a_part_again_for_its_summary_only(api, services, fake):
+    """RV3 with parts: rebuilding the summaries reads each part again for its summary alone; the
+    memories, facts, scenes and session summaries it filed are not filed twice."""
+    two_sessions(api)
+    services.clock.advance(seconds=WAIT + 1)
+    drain(services)
+    before = len(part_jobs(services))
+    expect_ok(api.post("/v1/chats/c1/summaries/rebuild", json={}), 200)
+    services.clock.advance(seconds=WAIT + 1)
+    drain(services)
+    again = part_jobs(services)[before:]
+    assert [r["kind"] for r in again] == ["chunk_summary"] and again[0]["state"] == "done"
+    [summary] = expect_ok(api.get("/v1/chats/c1/summaries"), 200)["recent"]
+    assert summary["covers"] == ["u1", "a1", "u2", "a2", "u3", "a3"]
+
+
 def test_mj1_cut_prefers_the_last_session_end_inside_the_part():
     rows = [{"tokens": 10, "session_n": n} for n in (1, 1, 2, 2, 2, 3)]
     assert parts.cut(rows, 45, 1500) == 2  # four fit; session 1 ends after the second

@@ -105,8 +105,12 @@ def _wait(svc: Services, conn: Connection, chat_id: str, restart: bool) -> None:
 
 
 def _read(svc: Services, conn: Connection, chat_id: str, turn_id: str | None, rows: Sequence[Any]) -> int:
-    """Queue every task's job over this part's messages (in one transaction, so they share a call)."""
+    """Queue every task's job over this part's messages (in one transaction, so they share a call).
+    Messages every task has read already (their summaries were rebuilt, or a rolled-back turn's
+    summary went) are only summarised again: nothing else is filed twice."""
     queued = summaries.open_part(svc, conn, chat_id, rows, turn_id)
+    if all(r["deep_job"] is not None for r in rows):
+        return queued
     queued += deep_memory.queue_part(svc, conn, chat_id, turn_id, rows)
     return queued + svc.hooks.part_closed.count(svc, conn, chat_id, turn_id, [r["id"] for r in rows])
 
