@@ -98,6 +98,21 @@ def test_mj1_a_part_waits_to_grow_and_is_read_after_the_wait(api, services, fake
     assert [s["state"] for s in sessions] == ["summarized"]
 
 
+def test_mj1_sw2_a_session_ended_by_a_gap_is_read_without_the_open_sessions_live_messages(api, services, fake):
+    """A message after session_gap_hours ends session 1: its messages are due, the new session's
+    live ones are not; after the wait one call reads session 1 alone and summarises it."""
+    register_cast(api)
+    chat(api, "c1", "ayla.png")
+    post(api, PIER, 0)
+    post(api, CHAPEL, 24 * 60)  # a day later: the gap ends session 1
+    services.clock.advance(seconds=WAIT + 1)
+    drain(services)
+    [body] = fake.completions()
+    assert KEEPER in body["messages"][1]["content"] and "chapel bell" not in body["messages"][1]["content"]
+    sessions = expect_ok(api.get("/v1/chats/c1/sessions"), 200)["sessions"]
+    assert [(s["n"], s["state"]) for s in sessions] == [(1, "summarized"), (2, "open")]
+
+
 def test_mj1_sw2_a_part_spans_a_session_end_and_both_sessions_are_summarised(api, services, fake):
     """rule SW2 with parts: one call reads both sessions (each message once); each session's
     summary is its own section, told which messages are its own, and both sessions get theirs."""
