@@ -9,6 +9,9 @@ and **model tokens read per transcript token** (all prompt tokens of all jobs, i
 included, divided by the tokens of the transcript's messages).
 
     HF_HUB_OFFLINE=1 OPENBLAS_NUM_THREADS=1 python bench/model_cost.py [--conversations 4] [--per-post 2]
+
+The sidecar reads the transcript in parts (MJ1) with the default `part_tokens`; its part wait is
+`CHRONICLER_PART_WAIT_SECONDS` (60 here) so that the last part of each chat is read soon after.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ def start(data_dir: str, log_path: str, model_url: str) -> tuple[Any, str]:
            "CHRONICLER_LLM_URL": model_url, "CHRONICLER_LLM_MODEL": "fake",
            "CHRONICLER_WORKER_ENABLED": "true", "CHRONICLER_JOBS_LIST_MAX": "100000",
            "CHRONICLER_JOB_BACKOFF_BASE_SECONDS": "0", "CHRONICLER_LLM_BACKOFF_BASE": "0",
+           # A conversation is posted in less than this: its parts fill by size (MJ1); the last one
+           # of each chat is read once it has waited this long (the product's default is 600 s).
+           "CHRONICLER_PART_WAIT_SECONDS": os.environ.get("CHRONICLER_PART_WAIT_SECONDS", "60"),
            "PYTHONPATH": str(ROOT)}
     log = open(log_path, "w")
     proc = subprocess.Popen([sys.executable, "-m", "server_plugin.cli", "serve", "--port", str(port),

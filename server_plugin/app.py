@@ -26,8 +26,8 @@ from .settings import Settings, ensure_token
 from .store import migrations
 from .store.db import Database, StorageFull, StorageUnavailable
 from .stores import Stores
-from .story import (branches, context, conversation, deep_memory, episodes, lore_growth, memories, sessions,
-                    sheets, summaries, told)
+from .story import (branches, context, conversation, deep_memory, episodes, lore_growth, memories, parts,
+                    sessions, sheets, summaries, told)
 
 log = logging.getLogger("chronicler")
 
@@ -78,7 +78,7 @@ def _install_error_envelope(app: Flask) -> None:
 # (episodes, before the jobs go), then its jobs, summaries and notes (conversation); and at a
 # session's end its character memories and scenes are queued before its sheet jobs.
 CONCEPTS = (deep_memory, summaries, sessions, memories, episodes, told, sheets, branches, lore_growth,
-            context, conversation, docs)
+            parts, context, conversation, docs)
 
 
 def wire(jobs: JobKinds, hooks: Hooks) -> None:

@@ -87,6 +87,13 @@ class Hooks:
     deep_memory_ran: Signal = _signal(
         "deep_memory_ran", "(svc, conn, chat_id, turn_id, message_ids) -> jobs queued: a deep-memory "
         "run was queued for a compacted chunk (RV13).")
+    messages_due: Signal = _signal(
+        "messages_due", "(svc, conn, chat_id, turn_id) -> jobs queued: messages left the live window "
+        "or their session ended; with parts on (MJ1) they wait to be read in a part.")
+    part_closed: Signal = _signal(
+        "part_closed", "(svc, conn, chat_id, turn_id, message_ids) -> jobs queued: a part of the "
+        "transcript is to be read (MJ1): each concept queues the job of its task over exactly "
+        "these messages, so they share one model call.")
     store_importing: Signal = _signal(
         "store_importing", "(conn): an import wrote every row, inside its transaction; a listener "
         "raises to refuse the document.")

@@ -40,8 +40,9 @@ def overrides() -> dict[str, Any]:
 def settings(tmp_path, overrides):
     # NORMAL: same semantics as FULL, without an fsync per commit (the suite writes thousands).
     # No background worker: tests run jobs deterministically (jobs.run_pending); one test starts it.
+    # Parts (MJ1) are read as soon as they are due unless a test asks them to wait and grow.
     values = {"data_dir": str(tmp_path / "data"), "token": TOKEN, "sqlite_synchronous": "NORMAL",
-              "worker_enabled": False, **overrides}
+              "worker_enabled": False, "part_wait_seconds": 0, **overrides}
     return load_settings(values, environ={})
 
 

@@ -82,7 +82,8 @@ def test_rv3_pending_jobs_resume_after_sigkill(tmp_path: Path, monkeypatch: pyte
     fake.delay = 60.0   # the first job's model call hangs until the kill
     for name, value in {"LLM_MODE": "openai", "LLM_URL": fake.url, "LLM_MODEL": "fake-model",
                         "LLM_RETRIES": "0", "LLM_READ_TIMEOUT": "120", "LIVE_WINDOW_MAX_MESSAGES": "4",
-                        "SUMMARY_CHUNK_MESSAGES": "2", "DEEP_MEMORY_MIN_NEW_MESSAGES": "10000"}.items():
+                        "SUMMARY_CHUNK_MESSAGES": "2", "DEEP_MEMORY_MIN_NEW_MESSAGES": "10000",
+                        "PART_TOKENS": "0"}.items():  # one job per chunk (parts: test_parts.py)
         monkeypatch.setenv("CHRONICLER_" + name, value)
     side = SidecarProcess.create(tmp_path / "data")
     try:

@@ -14,7 +14,7 @@ from tests.helpers.api import Api, expect_ok
 from tests.helpers.conversation import CHAT, setup_chat, turns
 
 SMALL = {"live_window_max_messages": 4, "summary_chunk_messages": 2,
-         "deep_memory_min_new_messages": 10_000, "llm_mode": "client"}
+         "deep_memory_min_new_messages": 10_000, "llm_mode": "client", "part_tokens": 0}
 CHUNK = json.dumps({"summary": "Kai and Ayla searched the harbour.", "quotes": []})
 
 

@@ -17,8 +17,9 @@ from tests.helpers.api import Api, expect_error, expect_ok
 from tests.helpers.conversation import CHAT, drain, job_rows, post, setup_chat, summaries, turn_messages, turns
 from tests.helpers.fakellm import FakeLLM
 
+# Parts off (MJ1): these tests run one chunk summary job at a time.
 SMALL = {"live_window_max_messages": 4, "summary_chunk_messages": 2,
-         "deep_memory_min_new_messages": 10_000}
+         "deep_memory_min_new_messages": 10_000, "part_tokens": 0}
 
 CHUNK_ANSWER = {"summary": "Kai and Ayla searched the harbour for the lanterns.", "quotes": []}
 MERGE_ANSWER = {"summary": "The lantern hunt went on for days.", "keep_quotes": []}

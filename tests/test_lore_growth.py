@@ -172,7 +172,7 @@ def overrides(request):
 @pytest.fixture
 def with_model(overrides, fake):
     overrides.update(llm_mode="openai", llm_url=fake.url, llm_model="fake-model", llm_retries=0,
-                     llm_read_timeout=5)
+                     llm_read_timeout=5, part_tokens=0)  # lore growth's own job (parts: test_parts.py)
     return fake.responder
 
 

@@ -61,7 +61,7 @@ def test_sw3_open_notes_most_pressing_first(api, services):
 @pytest.fixture
 def overrides():
     # One job per call: the session summary's prompt and answer alone (shared calls: test_part_calls.py).
-    return {"llm_mode": "client", "live_window_max_messages": 50, "part_call_max_jobs": 1}
+    return {"llm_mode": "client", "live_window_max_messages": 50, "part_call_max_jobs": 1, "part_tokens": 0}
 
 
 def test_sw3_session_end_proposes_and_resolves_notes(api, services):

@@ -47,6 +47,12 @@ class Member:
     key: str
 
 
+def in_parts(svc: Services) -> bool:
+    """Whether the transcript is read in parts (MJ1): with a model (`openai`, `client`) and
+    `part_tokens` set. Without a model, jobs stay per chunk and per session end (cheap local work)."""
+    return svc.settings.llm_mode != "extractive" and svc.settings.part_tokens > 0
+
+
 def joinable_kinds(svc: Services) -> list[str]:
     """The registered model kinds whose task can be a section of a per-part call."""
     return [k for k, h in svc.jobs.items() if h.llm and h.build is not None and k in parts.BY_TASK]

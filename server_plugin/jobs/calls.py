@@ -71,15 +71,21 @@ def fit_answer(prompt: Prompt, settings: Settings) -> Prompt:
 def cap_answer(prompt: Prompt, settings: Settings) -> Prompt:
     """The prompt with its answer capped by what it reads: `llm_answer_base_tokens` per task in
     the call (the sections of a shared call) plus `llm_answer_tokens_per_message_token` for each
-    token of the messages shown; never more than the prompt's own cap. 0 as the base turns it off."""
+    token of the messages shown; never more than the prompt's own cap, nor than the model's
+    context (`llm_context_tokens`) leaves after the prompt. 0 as the base turns the first off."""
+    counter = get_counter()
+    room = settings.llm_context_tokens - counter.count(prompt.system) - counter.count(prompt.user)
+    if 0 < room < prompt.max_tokens:  # a part call's sections may ask more than the context holds
+        prompt = replace(prompt, max_tokens=room)  # (a prompt over the context: the model says so)
     base = settings.llm_answer_base_tokens
     messages = prompt.inputs.get("messages")
     if base <= 0 or not isinstance(messages, list):
         return prompt
     tasks = max(1, len(prompt.inputs.get("sections") or {}))
-    shown = get_counter().count("\n".join(str(m.get("text") or "") for m in messages if isinstance(m, dict)))
+    shown = counter.count("\n".join(str(m.get("text") or "") for m in messages if isinstance(m, dict)))
     cap = tasks * base + int(shown * settings.llm_answer_tokens_per_message_token)
     return prompt if cap >= prompt.max_tokens else replace(prompt, max_tokens=cap)
+
 
 
 def bound_lists(prompt: Prompt, settings: Settings) -> Prompt:

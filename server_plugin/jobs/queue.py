@@ -169,11 +169,11 @@ def counts(svc: Services, chat_id: str | None = None) -> dict[str, int]:
 # --- enqueue ---------------------------------------------------------------------------------
 def enqueue(svc: Services, kind: str, *, chat_id: str | None = None, turn_id: str | None = None,
             ref: str | None = None, target: dict[str, Any] | None = None,
-            prompt: Prompt | None = None, dedupe: bool = True) -> str:
+            prompt: Prompt | None = None, dedupe: bool = True, not_before: str | None = None) -> str:
     """Queue a job (joining the caller's write transaction if there is one); returns its id.
 
     With `dedupe` and a `ref`, a pending job of the same kind, chat and ref is reused: it has not
-    started, so it will read the current state when it runs.
+    started, so it will read the current state when it runs. `not_before`: not due before then.
     """
     now = svc.clock.iso()
     with svc.db.write() as conn:
@@ -187,7 +187,7 @@ def enqueue(svc: Services, kind: str, *, chat_id: str | None = None, turn_id: st
         conn.execute(
             "INSERT INTO jobs(id, kind, chat_id, turn_id, ref, state, max_attempts, not_before,"
             " payload, created_at, updated_at) VALUES (?,?,?,?,?,'pending',?,?,?,?,?)",
-            (job_id, kind, chat_id, turn_id, ref, svc.settings.job_max_attempts, now,
+            (job_id, kind, chat_id, turn_id, ref, svc.settings.job_max_attempts, not_before or now,
              dumps(payload), now, now))
         # Wake the worker once the job is committed: woken earlier, it would not see the job yet.
         svc.db.after_commit(svc.jobs_wake.set)
@@ -195,6 +195,12 @@ def enqueue(svc: Services, kind: str, *, chat_id: str | None = None, turn_id: st
 
 
 # --- claiming --------------------------------------------------------------------------------
+def postpone(conn: Connection, kind: str, chat_id: str, ref: str, not_before: str) -> int:
+    """Move a pending job of a kind, chat and ref to `not_before`; returns how many were moved."""
+    return conn.execute("UPDATE jobs SET not_before=? WHERE kind=? AND chat_id=? AND ref=? AND"
+                        " state='pending'", (not_before, kind, chat_id, ref)).rowcount
+
+
 def later(svc: Services, seconds: float) -> str:
     return to_iso(svc.clock.now() + timedelta(seconds=seconds))
 

@@ -53,6 +53,27 @@ def after_compaction(svc: Services, conn: Connection, chat_id: str, turn_id: str
     return 1 + svc.hooks.deep_memory_ran.count(svc, conn, chat_id, turn_id, ids)
 
 
+def queue_part(svc: Services, conn: Connection, chat_id: str, turn_id: str | None,
+               rows: Sequence[Any]) -> int:
+    """MJ1: a deep-memory run over exactly a part's messages (its other tasks are queued by
+    `hooks.part_closed`, so `deep_memory_ran` is not sent); returns the jobs queued."""
+    if not chats.memory_enabled(conn, chat_id):
+        return 0
+    job_id = queue.enqueue(svc, KIND, chat_id=chat_id, turn_id=turn_id, dedupe=False,
+                          target={"message_ids": [r["id"] for r in rows]})
+    messages.mark_deep_read(conn, rows, job_id)
+    return 1
+
+
+def most_items(svc: Services, read: int) -> int:
+    """Memories one run may file: `deep_memory_max_items` per `deep_memory_max_messages` it reads
+    (a part holds more than one run's worth), at most `llm_answer_max_items` when that is set."""
+    s = svc.settings
+    runs = max(1, -(-read // s.deep_memory_max_messages))
+    most = s.deep_memory_max_items * runs
+    return min(most, max(s.deep_memory_max_items, s.llm_answer_max_items)) if s.llm_answer_max_items else most
+
+
 def release(conn: Connection, job_ids: Sequence[str]) -> None:
     """Messages read by rolled-back runs may be read again."""
     messages.release_deep_read(conn, job_ids)
@@ -86,7 +107,7 @@ def _build(svc: Services, job: queue.Job) -> Prompt | None:
         # memories instead would slip past the switch
     return durable_memories([messages.chat_message(svc, r) for r in rows], cast,
                             existing=_existing(svc, conn, cast),
-                            max_items=svc.settings.deep_memory_max_items,
+                            max_items=most_items(svc, len(rows)),
                             max_chars=svc.settings.memory_max_chars)
 
 
@@ -110,7 +131,7 @@ def _apply(svc: Services, conn: Connection, job: queue.Job, result: Extraction,
     members = chats.members(conn, job.chat_id)
     speakers = {r["id"]: r["speaker_id"] for r in messages.by_ids(conn, job.chat_id, job.target["message_ids"])}
     created, skipped = [], list(result.dropped_items)
-    for draft in result.items[:svc.settings.deep_memory_max_items]:
+    for draft in result.items[:most_items(svc, len(speakers))]:
         if _saved(conn, draft):
             skipped.append(f"already saved: {draft.text[:80]}")
             continue

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from ..core.quotes import Quote, verify_quotes
 from ..errors import NotFound
 from ..hooks import Hooks
-from ..jobs import queue
+from ..jobs import batch, queue
 from ..jobs.queue import JobKinds
 from ..jobs.tasks.episodes import character_memories, scene_summaries
 from ..retrieval import docs, visibility
@@ -138,8 +138,8 @@ def _delete_rows(conn: Connection, rows: Sequence[Any]) -> int:
 def queue_session(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
     """At session end: character memories (messages no deep-memory run has read), scene
     summaries and told events, per part of the session. Returns the jobs queued."""
-    if not chats.memory_enabled(conn, chat_id):
-        return 0  # RV16
+    if not chats.memory_enabled(conn, chat_id) or batch.in_parts(svc):
+        return 0  # RV16; with parts (MJ1) they come with each part (queue_part)
     rows = messages.ordered(conn, chat_id, "session_n=?", [n])
     if not rows:
         return 0
@@ -164,6 +164,29 @@ def queue_session(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
             queue.enqueue(svc, told.JOB, chat_id=chat_id, ref=f"{n}:{i}", target=target)
             queued += 1
     return queued
+
+
+def queue_part(svc: Services, conn: Connection, chat_id: str, turn_id: str | None,
+               message_ids: list[str]) -> int:
+    """MJ1: a part of the transcript is read: character memories (one job per character who
+    learns), its scenes and told events, each over exactly the part's messages (so they share
+    its call). Returns the jobs queued."""
+    if not chats.memory_enabled(conn, chat_id):
+        return 0  # RV16
+    rows = messages.by_ids(conn, chat_id, message_ids)
+    the_cast = extraction.cast(conn, chat_id, rows)
+    learners = extraction.learners(conn, the_cast)
+    target = {"n": rows[-1]["session_n"], "message_ids": list(message_ids)}
+    for character_id in learners:
+        queue.enqueue(svc, MEMORIES_JOB, chat_id=chat_id, turn_id=turn_id, dedupe=False, target={
+            **target, "character_ids": [character_id], "origin": "session",
+            "per_character": svc.settings.character_memories_per_character})
+    if learners:
+        messages.mark_memories_read(conn, rows, SESSION_READ)
+    queue.enqueue(svc, SCENES_JOB, chat_id=chat_id, turn_id=turn_id, dedupe=False, target=target)
+    if len(the_cast) >= 2:  # someone to tell and someone to listen
+        queue.enqueue(svc, told.JOB, chat_id=chat_id, turn_id=turn_id, dedupe=False, target=target)
+    return len(learners) + 1 + (len(the_cast) >= 2)
 
 
 def queue_deep_run(svc: Services, conn: Connection, chat_id: str, turn_id: str | None,
@@ -229,7 +252,11 @@ def _check_item(svc: Services, conn: Connection, job: queue.Job, item: Any, owne
         return None
     known = set(visibility.witnesses(conn, job.chat_id, sources)) | ({owner} if owner else set())
     summary = svc.tokens.truncate(item.summary, svc.settings.episode_max_tokens)
-    return {"chat_id": job.chat_id, "session_n": item.session, "summary": summary,
+    # A part (MJ1) may hold the end of one session and the start of the next: the item belongs
+    # to the session of its first source message.
+    first = min(sources, key=lambda m: found[m]["position"])
+    session = found[first]["session_n"] if found[first]["session_n"] is not None else item.session
+    return {"chat_id": job.chat_id, "session_n": session, "summary": summary,
             "quotes": [asdict(q) for q in check.kept], "participants": list(item.participants),
             "witnesses": sorted(known), "known_by": sorted(known), "sources": sources,
             "pos": min(found[m]["position"] for m in sources), "title": None, "feeling": None,
@@ -430,6 +457,7 @@ def register(jobs: JobKinds, hooks: Hooks) -> None:
     jobs.register(SCENES_JOB, _apply_items, build=_build_scenes, prepare=_prepare)
     hooks.session_ended.connect(queue_session)
     hooks.deep_memory_ran.connect(queue_deep_run)
+    hooks.part_closed.connect(queue_part)
     hooks.messages_edited.connect(recheck_quotes)
     hooks.messages_deleted.connect(_messages_deleted)
     hooks.chat_deleted.connect(_chat_deleted)

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from ..core.triggers import ScanWindow
 from ..errors import Conflict, NotFound
 from ..hooks import Hooks
-from ..jobs import queue
+from ..jobs import batch, queue
 from ..jobs.queue import JobKinds
 from ..jobs.tasks.base import Prompt
 from ..jobs.tasks.lore import LoreInput, LoreProposal, LoreProposals, lore_growth, repeated
@@ -121,20 +121,32 @@ def touched(svc: Services, conn: Connection, chat_id: str, rows: Sequence[Any]) 
 def _queue(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
     """Queue the session's lore growth (every mode: without a model the fallback proposes only
     from clear patterns), not with memory off (RV16)."""
+    if not chats.memory_enabled(conn, chat_id) or batch.in_parts(svc):
+        return 0  # with parts (MJ1) it comes with each part (_queue_part)
+    queue.enqueue(svc, KIND, chat_id=chat_id, ref=str(n), target={"n": n})
+    return 1
+
+
+def _queue_part(svc: Services, conn: Connection, chat_id: str, turn_id: str | None,
+                message_ids: list[str]) -> int:
+    """MJ1: lore growth over exactly a part's messages (it shares the part's call)."""
     if not chats.memory_enabled(conn, chat_id):
         return 0
-    queue.enqueue(svc, KIND, chat_id=chat_id, ref=str(n), target={"n": n})
+    queue.enqueue(svc, KIND, chat_id=chat_id, turn_id=turn_id, dedupe=False,
+                  target={"message_ids": list(message_ids)})
     return 1
 
 
 def _build(svc: Services, job: queue.Job) -> Prompt | None:
     conn = svc.db.reader()
-    n = int(job.target["n"])
     if not chats.memory_enabled(conn, job.chat_id):
         return None
-    rows = messages.newest_within(messages.ordered(conn, job.chat_id, "session_n=?", [n]),
-                                  svc.settings.episodes_prompt_max_tokens,
-                                  svc.settings.prompt_message_max_tokens)
+    if "message_ids" in job.target:  # a part (MJ1)
+        rows = messages.by_ids(conn, job.chat_id, job.target["message_ids"])
+    else:
+        rows = messages.newest_within(messages.ordered(conn, job.chat_id, "session_n=?", [int(job.target["n"])]),
+                                      svc.settings.episodes_prompt_max_tokens,
+                                      svc.settings.prompt_message_max_tokens)
     if not rows:
         return None
     s = svc.settings
@@ -364,6 +376,7 @@ def register(jobs: JobKinds, hooks: Hooks) -> None:
     """The session-end lore-growth job and the listeners that keep grown lore on its sources."""
     jobs.register(KIND, _apply, build=_build, prepare=_prepare)
     hooks.session_ended.connect(_queue)
+    hooks.part_closed.connect(_queue_part)
     hooks.messages_edited.connect(_edited)
     hooks.messages_deleted.connect(_deleted)
     hooks.turn_rolled_back.connect(_rolled_back)

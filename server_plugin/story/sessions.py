@@ -24,7 +24,7 @@ from ..clock import parse_iso
 from ..core.quotes import Quote
 from ..errors import NotFound
 from ..hooks import Hooks
-from ..jobs import queue
+from ..jobs import batch, queue
 from ..jobs.queue import JobKinds
 from ..jobs.tasks.summaries import NoteInput, SummaryInput, session_summary
 from ..retrieval import docs
@@ -81,6 +81,12 @@ def _open(conn: Connection, chat_id: str) -> Any:
     return conn.execute("SELECT * FROM sessions WHERE chat_id=? AND state='open'", (chat_id,)).fetchone()
 
 
+def open_n(conn: Connection, chat_id: str) -> int | None:
+    """The number of the chat's open session, or None."""
+    row = _open(conn, chat_id)
+    return None if row is None else int(row["n"])
+
+
 # --- opening and ending ----------------------------------------------------------------------
 def place(svc: Services, conn: Connection, chat_id: str, inserted: Sequence[Any]) -> list[int]:
     """Put new messages in the open session, ending it first when one came after a gap.
@@ -120,8 +126,39 @@ def _end(svc: Services, conn: Connection, chat_id: str, n: int, reason: str, end
     """Close a session and queue its summary and every registered session-end job."""
     conn.execute("UPDATE sessions SET state='ended', ended_at=?, end_reason=?, updated_at=?"
                  " WHERE chat_id=? AND n=?", (ended_at, reason, svc.clock.iso(), chat_id, n))
+    if batch.in_parts(svc):
+        return _end_in_parts(svc, conn, chat_id, n)
     queue.enqueue(svc, KIND, chat_id=chat_id, ref=str(n), target={"n": n})
     return 1 + svc.hooks.session_ended.count(svc, conn, chat_id, n)
+
+
+def _end_in_parts(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
+    """MJ1: the session's messages are due; its summary and the other model tasks come with the
+    part its end falls in (`_queue_part`); local session-end work is queued now. A session whose
+    last message a part already read is summarised from those parts' summaries."""
+    queued = svc.hooks.session_ended.count(svc, conn, chat_id, n)
+    rows = messages.ordered(conn, chat_id, "session_n=?", [n])
+    if rows and rows[-1]["summary_id"] is not None:
+        queue.enqueue(svc, KIND, chat_id=chat_id, ref=str(n), target={"n": n, "message_ids": []})
+        queued += 1
+    return queued + svc.hooks.messages_due.count(svc, conn, chat_id, None)
+
+
+def _queue_part(svc: Services, conn: Connection, chat_id: str, turn_id: str | None,
+                message_ids: list[str]) -> int:
+    """A part is read (MJ1): the summary of each ended session whose last message is in it reads
+    the part (its own messages marked) and the summaries of its earlier parts."""
+    shown = set(message_ids)
+    queued = 0
+    for n in sorted({r["session_n"] for r in messages.by_ids(conn, chat_id, message_ids)
+                     if r["session_n"] is not None}):
+        row = conn.execute("SELECT state FROM sessions WHERE chat_id=? AND n=?", (chat_id, n)).fetchone()
+        last = messages.ordered(conn, chat_id, "session_n=?", [n])[-1]
+        if row is not None and row["state"] != "open" and last["id"] in shown:
+            queue.enqueue(svc, KIND, chat_id=chat_id, turn_id=turn_id, ref=str(n),
+                          target={"n": n, "message_ids": list(message_ids)})
+            queued += 1
+    return queued
 
 
 def end(svc: Services, chat_id: str) -> dict[str, Any] | None:
@@ -159,7 +196,16 @@ def _build(svc: Services, job: queue.Job) -> Prompt | None:
     rows = messages.ordered(conn, job.chat_id, "session_n=?", [n])
     if not rows:
         return None
-    earlier, tail = _fit(svc, conn, rows)
+    only = None
+    if "message_ids" in job.target:  # read with a part (MJ1): the part, and its earlier parts' summaries
+        tail = messages.by_ids(conn, job.chat_id, job.target["message_ids"])
+        shown = {r["id"] for r in tail}
+        earlier = _summaries_of(conn, [r for r in rows if r["id"] not in shown])
+        only = [r["id"] for r in tail if r["session_n"] == n]
+        if not only and not earlier:
+            return None
+    else:
+        earlier, tail = _fit(svc, conn, rows)
     open_notes = [NoteInput(x["id"], x["text"], x["priority"])
                   for x in notes.open_rows(conn, job.chat_id, svc.settings.notes_in_prompt)]
     s = svc.settings
@@ -167,7 +213,14 @@ def _build(svc: Services, job: queue.Job) -> Prompt | None:
         [messages.chat_message(svc, r) for r in tail], earlier=earlier, open_notes=open_notes,
         session=n, full_tokens=s.session_full_tokens, short_tokens=s.session_short_tokens,
         max_quotes=s.summary_max_quotes, max_threads=s.session_max_threads,
-        thread_max_chars=s.memory_max_chars)
+        thread_max_chars=s.memory_max_chars, only=only)
+
+
+def _summaries_of(conn: Connection, rows: Sequence[Any]) -> list[SummaryInput]:
+    """The written summaries covering these messages, in order, as a prompt's inputs."""
+    found = summaries.written(conn, sorted({r["summary_id"] for r in rows if r["summary_id"]}))
+    return [SummaryInput(s["id"], s["text"], tuple(Quote(**q) for q in loads(s["quotes"]) or []))
+            for s in found]
 
 
 def _fit(svc: Services, conn: Connection, rows: Sequence[Any]) -> tuple[list[SummaryInput], list[Any]]:
@@ -177,10 +230,8 @@ def _fit(svc: Services, conn: Connection, rows: Sequence[Any]) -> tuple[list[Sum
     limit = svc.settings.prompt_message_max_tokens
     if sum(min(r["tokens"], limit) for r in rows) <= budget:
         return [], list(rows)
-    found = summaries.written(conn, sorted({r["summary_id"] for r in rows if r["summary_id"]}))
-    earlier = [SummaryInput(s["id"], s["text"], tuple(Quote(**q) for q in loads(s["quotes"]) or []))
-               for s in found]
-    covered = {s["id"] for s in found}
+    earlier = _summaries_of(conn, rows)
+    covered = {s.id for s in earlier}
     rest = [r for r in rows if r["summary_id"] not in covered]
     return earlier, messages.newest_within(rest, budget, limit)
 
@@ -341,3 +392,4 @@ def delete_for_chat(conn: Connection, chat_id: str) -> int:
 def register(jobs: JobKinds, hooks: Hooks) -> None:
     """The session summary job (SW2)."""
     jobs.register(KIND, _apply, build=_build, prepare=_prepare)
+    hooks.part_closed.connect(_queue_part)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ..core.text import fold, sentence_ends
 from ..hooks import Hooks
-from ..jobs import queue
+from ..jobs import batch, queue
 from ..jobs.queue import JobKinds
 from ..jobs.tasks.base import CharacterRef
 from ..jobs.tasks.sheets import Newcomer, SheetInput, sheet_updates
@@ -155,9 +155,19 @@ UPDATES_KIND = "sheet_updates"
 
 def _queue_updates(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
     """Queue the session's sheet updates (not in extractive mode, not with memory off: RV16)."""
-    if svc.settings.llm_mode == "extractive" or not chats.memory_enabled(conn, chat_id):
-        return 0
+    if svc.settings.llm_mode == "extractive" or not chats.memory_enabled(conn, chat_id) or batch.in_parts(svc):
+        return 0  # with parts (MJ1) they come with each part (_queue_part_updates)
     queue.enqueue(svc, UPDATES_KIND, chat_id=chat_id, ref=str(n), target={"n": n})
+    return 1
+
+
+def _queue_part_updates(svc: Services, conn: Connection, chat_id: str, turn_id: str | None,
+                        message_ids: list[str]) -> int:
+    """MJ1: the sheet updates of a part, over exactly its messages (they share its call)."""
+    if not chats.memory_enabled(conn, chat_id):
+        return 0
+    queue.enqueue(svc, UPDATES_KIND, chat_id=chat_id, turn_id=turn_id, dedupe=False,
+                  target={"message_ids": list(message_ids)})
     return 1
 
 
@@ -229,10 +239,12 @@ def _sheet(character: dict[str, Any]) -> SheetInput:
 # --- the job ---------------------------------------------------------------------------------
 def _build_updates(svc: Services, job: queue.Job) -> Prompt | None:
     conn = svc.db.reader()
-    n = int(job.target["n"])
     if not chats.memory_enabled(conn, job.chat_id):
         return None
-    rows = newest_within(svc, messages.ordered(conn, job.chat_id, "session_n=?", [n]))
+    if "message_ids" in job.target:  # a part (MJ1): it may hold the ends of several sessions
+        rows = messages.by_ids(conn, job.chat_id, job.target["message_ids"])
+    else:
+        rows = newest_within(svc, messages.ordered(conn, job.chat_id, "session_n=?", [int(job.target["n"])]))
     if not rows:
         return None
     cast = present(conn, job.chat_id, rows)
@@ -240,7 +252,9 @@ def _build_updates(svc: Services, job: queue.Job) -> Prompt | None:
     sheets = [_sheet(learned.view(conn, characters.fetch(conn, c.id), campaign)) for c in cast  # type: ignore[arg-type]
               if characters.learning_enabled(conn, c.id)]
     shown = {_speaker(r) for r in rows}
-    found = [x for x in newcomers(svc, conn, job.chat_id, n) if x.name in shown]
+    sessions = sorted({r["session_n"] for r in rows if r["session_n"] is not None})
+    found = list({x.name: x for n in sessions for x in newcomers(svc, conn, job.chat_id, n)
+                  if x.name in shown}.values())
     if not sheets and not found:
         return None
     return sheet_updates([messages.chat_message(svc, r) for r in rows], cast, sheets, found,
@@ -312,6 +326,7 @@ def register(jobs: JobKinds, hooks: Hooks) -> None:
     jobs.register(UPDATES_KIND, _apply_updates, build=_build_updates)
     hooks.session_ended.connect(_queue_drafts)
     hooks.session_ended.connect(_queue_updates)
+    hooks.part_closed.connect(_queue_part_updates)
     hooks.chat_moved.connect(learned.chat_moved)
     hooks.character_deleted.connect(_character_deleted)
 

@@ -28,7 +28,7 @@ from ..core.quotes import Quote
 from ..errors import Conflict, NotFound
 from .. import priority
 from ..hooks import Hooks
-from ..jobs import queue
+from ..jobs import batch, queue
 from ..jobs.queue import JobKinds
 from ..jobs.tasks.summaries import SummaryInput, chunk_summary, merge_summaries
 from ..services import Services
@@ -236,21 +236,36 @@ def compact(svc: Services, conn: Connection, chat_id: str, turn_id: str | None) 
 
     Only whole chunks are made: a remainder waits for the next turn. Returns the jobs queued.
     """
+    if batch.in_parts(svc):  # MJ1: with a model they wait to be read in a part (story/parts.py)
+        return svc.hooks.messages_due.count(svc, conn, chat_id, turn_id)
     live = {r["seq"] for r in window_rows(svc, conn, chat_id)}
     waiting = [r for r in messages.ordered(conn, chat_id, "summary_id IS NULL") if r["seq"] not in live]
     size = svc.settings.summary_chunk_messages
     queued = 0
     for start in range(0, len(waiting) - len(waiting) % size, size):
-        chunk = waiting[start:start + size]
-        summary_id = _insert(svc, conn, chat_id, "recent", [r["id"] for r in chunk],
-                             (chunk[0]["position"], chunk[0]["seq"]), turn_id)
-        messages.set_summary(conn, chunk, summary_id)
-        queue.enqueue(svc, CHUNK, chat_id=chat_id, turn_id=turn_id, ref=summary_id,
-                     target={"summary_id": summary_id})
-        queued += 1
+        queued += open_part(svc, conn, chat_id, waiting[start:start + size], turn_id)
     if queued:
         queued += deep_memory.after_compaction(svc, conn, chat_id, turn_id)
     return queued
+
+
+def open_part(svc: Services, conn: Connection, chat_id: str, rows: Sequence[Any], turn_id: str | None) -> int:
+    """One recent summary covering these messages (a chunk, or a part of the transcript: MJ1),
+    and its job. Returns the jobs queued (1)."""
+    summary_id = _insert(svc, conn, chat_id, "recent", [r["id"] for r in rows],
+                         (rows[0]["position"], rows[0]["seq"]), turn_id)
+    messages.set_summary(conn, rows, summary_id)
+    queue.enqueue(svc, CHUNK, chat_id=chat_id, turn_id=turn_id, ref=summary_id,
+                 target={"summary_id": summary_id})
+    return 1
+
+
+def recent_budget(svc: Services, covered: int) -> int:
+    """The size of a recent summary of `covered` messages: `summary_recent_tokens` per chunk's
+    worth of them (a part read in one call holds many), at most `summary_long_term_tokens`."""
+    s = svc.settings
+    chunks = max(1, -(-covered // s.summary_chunk_messages))
+    return max(s.summary_recent_tokens, min(s.summary_recent_tokens * chunks, s.summary_long_term_tokens))
 
 
 def _maybe_merge(svc: Services, conn: Connection, chat_id: str, tier: str, turn_id: str | None) -> int:
@@ -330,7 +345,7 @@ def _build_chunk(svc: Services, job: queue.Job) -> Prompt | None:
         (row["chat_id"], row["pos_position"], row["pos_seq"])).fetchone()
     return chunk_summary([messages.chat_message(svc, r) for r in rows],
                          previous=before[0] if before else "",
-                         budget_tokens=svc.settings.summary_recent_tokens,
+                         budget_tokens=recent_budget(svc, len(rows)),
                          max_quotes=svc.settings.summary_max_quotes)
 
 

@@ -14,7 +14,9 @@ from tests.helpers.conversation import drain, iso, post
 from tests.helpers.world import character
 
 # Compaction and deep memory stay out of the way unless a test asks for them.
-QUIET = {"live_window_max_messages": 50, "deep_memory_min_new_messages": 10_000}
+# Parts off (MJ1): these tests read each session-end task's own job; tests/test_part_calls.py and
+# tests/test_parts.py read them in parts.
+QUIET = {"live_window_max_messages": 50, "deep_memory_min_new_messages": 10_000, "part_tokens": 0}
 
 CAST = {"ayla.png": "Ayla", "bren.png": "Bren", "cora.png": "Cora", "kai.png": "Kai"}
 
@@ -131,12 +133,11 @@ def task_of(body: dict[str, Any]) -> str:
 
 def sections_of(system: str) -> dict[str, str]:
     """A shared call's sections: answer key -> the task whose rules that section gives."""
-    keys = re.search(r"keys are the section names \(([^)]*)\)", system)
-    names = re.findall(r'"([a-z_0-9]+)"', keys.group(1)) if keys else []
     out = {}
-    for key in names:
-        rules = system.split(f'\n- "{key}": ', 1)[1].split('\n\n- "', 1)[0]
-        out[key] = next(task for task, marker in TASKS.items() if marker in rules)
+    # Each block of rules opens with the keys it is for (several when their rules are the same).
+    for block in re.finditer(r'\n- ((?:"[a-z_0-9]+"(?:, )?)+): (.*?)(?=\n\n- "|\Z)', system, re.DOTALL):
+        task = next(task for task, marker in TASKS.items() if marker in block.group(2))
+        out.update({key: task for key in re.findall(r'"([a-z_0-9]+)"', block.group(1))})
     return out
 
 

@@ -206,12 +206,13 @@ def message_label(i: int) -> str:
     return f"m{i + 1}"
 
 
-def render_messages(messages: Sequence[ChatMessage]) -> str:
-    """The messages under their labels, the player's marked."""
+def render_messages(messages: Sequence[ChatMessage], player_tag: bool = True) -> str:
+    """The messages under their labels, the player's marked (unless `player_tag` is False: a
+    prompt whose characters say who the player is)."""
     parts = []
     for i, m in enumerate(messages):
         who = m.speaker or m.role
-        tag = " (player)" if m.role == "user" else ""
+        tag = " (player)" if m.role == "user" and player_tag else ""
         parts.append(f"[{message_label(i)}] {who}{tag}: {m.text.strip()}")
     return "<messages>\n" + "\n\n".join(parts) + "\n</messages>"
 

@@ -125,8 +125,7 @@ def character_memories(messages: Sequence[ChatMessage], characters: Sequence[Cha
     names = ", ".join(f"{labels[c.id]} ({c.name})" for c in targets)
     system = (
         "You read a roleplay scene and write the memories that characters keep of it, each from "
-        "that character's own point of view: what they noticed, felt and thought — their version "
-        "of events, which may differ from a neutral account.\n"
+        "that character's own point of view: what they noticed, felt and thought.\n"
         f"- {COMMON_RULES}\n"
         f"- Only for these characters: {names}. Up to {per_character} memories each, only for "
         "moments that matter to them; none for a character who was not involved.\n"

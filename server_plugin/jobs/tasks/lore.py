@@ -108,9 +108,8 @@ def instructions(*, max_entries: int, text_max_chars: int) -> str:
         "- \"text\": what the messages say about it, as plain statements, at most "
         f"{text_max_chars} characters. Every name and number in it must appear in the messages "
         "it cites (\"sources\": message labels).\n"
-        "- \"triggers\": the words that name it in the messages (its name, other names it goes by), "
-        "never the names of other things it mentions: a trigger that is another entry's makes this "
-        "an update of that entry.\n"
+        "- \"triggers\": the words that name it in the messages, never names of other things (a "
+        "trigger that is another entry's makes this an update of that entry).\n"
         f"- At most {max_entries} entries; leave out what the messages only mention in passing."
     )
 

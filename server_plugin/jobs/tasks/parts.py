@@ -86,6 +86,7 @@ BY_TASK: dict[str, Section] = {s.task.name: s for s in SECTIONS.values()}
 
 _ANSWER_LINE = "Answer with one JSON object in exactly this format and nothing else:"
 _MARK = "\u0000messages\u0000"
+_SLOT = "\u0000answer\u0000"
 
 
 def _tasks() -> dict[str, Task]:
@@ -142,11 +143,34 @@ def _characters_of(prompts: Sequence[Prompt]) -> list[CharacterRef]:
     return characters_from(shown.inputs)
 
 
-def _rules(prompt: Prompt, key: str) -> str:
-    """A section's own rules: its system text without the rules said once for all."""
+def _rules(prompt: Prompt) -> str:
+    """A section's own rules: its system text without the rules said once for all (where its
+    answer goes is `_SLOT`, said by `_rules_of`)."""
     rules = prompt.system.replace(f"- {COMMON_RULES}\n", "").replace(COMMON_RULES, "")
     rules = rules.replace(QUOTE_RULE, "(See the quote rule above.)")
-    return rules.replace(_ANSWER_LINE, f"Its answer goes under \"{key}\", in this format:")
+    return rules.replace(_ANSWER_LINE, _SLOT)
+
+
+def _rules_of(prompts: dict[str, Prompt]) -> list[str]:
+    """Each section's rules, said once for the sections whose rules are the same (the summaries
+    of several sessions ending in one part): their keys, then the rules."""
+    same: dict[str, list[str]] = {}
+    for key, prompt in prompts.items():
+        same.setdefault(_rules(prompt), []).append(key)
+    out = []
+    for rules, keys in same.items():
+        names = ", ".join(f'"{k}"' for k in keys)
+        where = (f"Its answer goes under {names}, in this format:" if len(keys) == 1 else
+                 f"Each of these sections answers under its own key, in this format:")
+        out.append(f"- {names}: {rules.replace(_SLOT, where)}")
+    return out
+
+
+def _player_shown(messages: Sequence[ChatMessage], characters: Sequence[CharacterRef]) -> bool:
+    """Whether the characters shown say who speaks every player message (each is a player
+    character's by name), so the messages need not tag them."""
+    players = {c.name for c in characters if c.is_player}
+    return bool(players) and all(m.speaker in players for m in messages if m.role == "user")
 
 
 def combine(prompts: dict[str, Prompt]) -> Prompt:
@@ -159,19 +183,18 @@ def combine(prompts: dict[str, Prompt]) -> Prompt:
             raise ValueError(f"section {key} ({prompt.task}) does not read the same part")
     messages = messages_from(first.inputs)
     characters = _characters_of(list(prompts.values()))
-    parts, extras = [], []
+    extras = []
     for key, prompt in prompts.items():
-        parts.append(f"- \"{key}\": {_rules(prompt, key)}")
         extra = _extra(prompt, messages, characters if _shows_characters(prompt) else ())
         if extra:
             extras.append(f"For \"{key}\":\n{extra}")
-    system = ("You read one part of a roleplay chat once and do several tasks with it. Answer every "
-              "section below in ONE JSON object whose keys are the section names ("
-              + ", ".join(f'"{k}"' for k in prompts) + "), each holding that section's answer, "
-              f"and nothing else.\nFor every section: {COMMON_RULES}\nQuote rule: {QUOTE_RULE}\n\n"
-              + "\n\n".join(parts))
+    system = ("You read one part of a roleplay chat once and do several tasks with it. Answer with ONE "
+              "JSON object with a key for each section below, holding that section's answer, and "
+              f"nothing else.\nFor every section: {COMMON_RULES}\nQuote rule: {QUOTE_RULE}\n\n"
+              + "\n\n".join(_rules_of(prompts)))
     user = (render_characters(characters) + "\n\n" if characters else "") + \
-        ("\n\n".join(extras) + "\n\n" if extras else "") + "Messages:\n" + render_messages(messages)
+        ("\n\n".join(extras) + "\n\n" if extras else "") + "Messages:\n" + \
+        render_messages(messages, player_tag=not _player_shown(messages, characters))
     # Every section is required: a model held to this schema (llm_json_mode json_schema) then
     # writes each one, instead of nesting the next section inside the one before.
     schema = {"type": "object", "properties": {k: p.json_schema for k, p in prompts.items()},

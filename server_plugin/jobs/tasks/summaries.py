@@ -31,6 +31,7 @@ from .base import (
     json_block,
     keep_valid,
     make_prompt,
+    message_label,
     messages_from,
     need,
     obj_schema,
@@ -123,18 +124,17 @@ def chunk_summary(messages: Sequence[ChatMessage], *, previous: str = "", budget
     """
     need(messages, "chunk_summary needs at least one message")
     system = (
-        "You summarise a stretch of a roleplay chat that is about to leave the model's memory, "
-        "so the story can go on consistently without it.\n"
+        "You summarise a stretch of a roleplay chat that is leaving the model's memory, so the "
+        "story can go on without it.\n"
         f"- {COMMON_RULES}\n"
         "- Keep every name, decision, promise, plan, discovery, place and object that may matter "
         "later; leave out small talk and style. Past tense, third person.\n"
         f"- The summary is at most about {words_for(budget_tokens)} words and holds no direct quotes.\n"
         f"- Put up to {max_quotes} memorable lines (a vow, a confession, a joke worth recalling) in "
-        f"\"quotes\". {QUOTE_RULE}\n"
+        f"\"quotes\", or none. {QUOTE_RULE}\n"
         f"{ANSWER_RULE}\n"
         + json_block({"summary": "…", "quotes": [{"speaker": "Name", "text": "exact words",
                                                  "message": "m1"}]})
-        + "\nUse \"quotes\": [] when no line is worth keeping."
     )
     user = ""
     if previous.strip():
@@ -314,20 +314,24 @@ SESSION_SCHEMA = obj_schema({
 def session_summary(messages: Sequence[ChatMessage], *, earlier: Sequence[SummaryInput] = (),
                     open_notes: Sequence[NoteInput] = (), session: int | None = None,
                     full_tokens: int, short_tokens: int, max_quotes: int, max_threads: int,
-                    thread_max_chars: int) -> Prompt:
+                    thread_max_chars: int, only: Sequence[str] | None = None) -> Prompt:
     """Summarise a session (SW2): a full summary and a one-paragraph short one; propose open
     threads for the campaign notes and mark given open notes resolved (SW3).
 
     A long session does not fit a prompt: pass the summaries of its earlier part as `earlier`
     and only the messages not covered by them as `messages`. `thread_max_chars` bounds an open
-    thread the extractive fallback proposes (a model's threads are not cut).
+    thread the extractive fallback proposes (a model's threads are not cut). `only`: the ids of
+    the session's messages when `messages` is a part of the transcript that holds others too
+    (MJ1: a part read once for every task); they are a run of it.
     """
     if not messages and not earlier:
         raise ValueError("session_summary needs messages or earlier summaries")
     system = (
         "You write the record of one finished session of a roleplay campaign.\n"
         f"- {COMMON_RULES}\n"
-        f"- \"full\": what happened, in order, at most about {words_for(full_tokens)} words: names, "
+        + ("- Other messages may be shown around the session's own (named below): summarise only "
+           "its own.\n" if only is not None else "")
+        + f"- \"full\": what happened, in order, at most about {words_for(full_tokens)} words: names, "
         "places, decisions, promises, discoveries, how the session ended. No direct quotes.\n"
         f"- \"short\": ONE paragraph (no line breaks) of at most about {words_for(short_tokens)} words, "
         "the essentials someone needs to continue.\n"
@@ -343,6 +347,9 @@ def session_summary(messages: Sequence[ChatMessage], *, earlier: Sequence[Summar
                       "resolved": ["n1"] if open_notes else []})
     )
     user = f"Session {session}.\n" if session is not None else ""
+    mine = [i for i, m in enumerate(messages) if m.id in set(only)] if only is not None else []
+    if mine:
+        user += f"Its messages: {message_label(mine[0])}-{message_label(mine[-1])}.\n"
     if open_notes:
         user += "Open campaign notes:\n<notes>\n" + "\n".join(
             f"[n{i + 1}] (priority {n.priority}) {n.text}" for i, n in enumerate(open_notes)
@@ -358,7 +365,8 @@ def session_summary(messages: Sequence[ChatMessage], *, earlier: Sequence[Summar
                         "open_notes": dump(open_notes), "session": session,
                         "full_tokens": full_tokens, "short_tokens": short_tokens,
                         "max_quotes": max_quotes, "max_threads": max_threads,
-                        "thread_max_chars": thread_max_chars}, SESSION_SCHEMA)
+                        "thread_max_chars": thread_max_chars,
+                        "only": list(only) if only is not None else None}, SESSION_SCHEMA)
 
 
 def _parse_session(inputs: dict[str, Any], data: dict[str, Any], answer: str) -> SessionSummary:
@@ -374,7 +382,7 @@ def _parse_session(inputs: dict[str, Any], data: dict[str, Any], answer: str) ->
     threads = keep_valid(task, answer, data["open_threads"], lambda t: NoteProposal(
         checked_text(task, answer, t["text"], "an open thread"), t["priority"]), "an open thread")
     threads = threads[:inputs["max_threads"]]
-    covers = tuple(e["id"] for e in inputs["earlier"]) + tuple(m.id for m in messages)
+    covers = tuple(e["id"] for e in inputs["earlier"]) + tuple(m.id for m in _own(inputs, messages))
     return SessionSummary(checked_text(task, answer, data["full"], "full"), short, quotes,
                           tuple(threads), nl.many(data["resolved"]), covers, dropped)
 
@@ -426,9 +434,15 @@ def _threads(messages: Sequence[ChatMessage], limit: int, max_chars: int) -> lis
     return found[:limit]
 
 
+def _own(inputs: dict[str, Any], messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """The session's own messages among those shown (`only`: a part that holds others too)."""
+    only = inputs.get("only")
+    return list(messages) if only is None else [m for m in messages if m.id in set(only)]
+
+
 def _session_fallback(prompt: Prompt, counter: TokenCounter | None) -> SessionSummary:
     i = prompt.inputs
-    return summarize_session(messages_from(i), earlier=summary_inputs(i["earlier"]),
+    return summarize_session(_own(i, messages_from(i)), earlier=summary_inputs(i["earlier"]),
                              open_notes=[NoteInput(**n) for n in i["open_notes"]],
                              session=i["session"], full_tokens=i["full_tokens"],
                              short_tokens=i["short_tokens"], max_quotes=i["max_quotes"],
