@@ -96,11 +96,14 @@ def content_words(text: str, stop: frozenset[str], ignore: Iterable[str] = ()) -
 _STOPS = ".!?।॥۔؟"
 _CJK_STOPS = "。！？"
 _CLOSERS = r"」』”’）)］\]"
-_CJK_END = (rf"(?<=[{_CJK_STOPS}])(?![{_CLOSERS}{_CJK_STOPS}])\s*(?=\S)"
-            rf"|(?<=[{_CJK_STOPS}][{_CLOSERS}])(?![{_CLOSERS}])\s*(?=\S)")
-_SEARCH_SENTENCE_END = regex.compile(rf"(?<=[{_STOPS}])\s+(?=\S)|{_CJK_END}")
-_ROLEPLAY_SENTENCE_END = regex.compile(rf"(?<=[{_STOPS}…])[*_)\]]*\s+(?=[^a-z])|\s*\n+\s*|{_CJK_END}")
-_SENTENCE_END = regex.compile(rf"(?<=[{_STOPS}…])\s|{_CJK_END}")
+# Whitespace as Python's str.isspace() and `re` read it: the `regex` module's \s leaves out the
+# separators \x1c-\x1f, and the passages cut before it (stored with their vectors) counted them.
+_WS, _NWS = r"[\s\x1c-\x1f]", r"[^\s\x1c-\x1f]"
+_CJK_END = (rf"(?<=[{_CJK_STOPS}])(?![{_CLOSERS}{_CJK_STOPS}]){_WS}*(?={_NWS})"
+            rf"|(?<=[{_CJK_STOPS}][{_CLOSERS}])(?![{_CLOSERS}]){_WS}*(?={_NWS})")
+_SEARCH_SENTENCE_END = regex.compile(rf"(?<=[{_STOPS}]){_WS}+(?={_NWS})|{_CJK_END}")
+_ROLEPLAY_SENTENCE_END = regex.compile(rf"(?<=[{_STOPS}…])[*_)\]]*{_WS}+(?=[^a-z])|{_WS}*\n+{_WS}*|{_CJK_END}")
+_SENTENCE_END = regex.compile(rf"(?<=[{_STOPS}…]){_WS}|{_CJK_END}")
 
 
 def sentences(text: str, min_chars: int = 12) -> list[str]:
