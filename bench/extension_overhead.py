@@ -339,7 +339,7 @@ READ_STATS = ("() => ({timings: window.chronicler.stats.timings.items,"
 
 # The interceptor's parts of each answered generation (window.chronicler.stats.parts), by key.
 PARTS = (("sync_wait", "wait"), ("standing_tokens", "standing"), ("request_body", "request"),
-         ("context_call", "context"),
+         ("context_call", "context"), ("context_call_in_the_sidecar", "server"),
          ("trim_and_inject", "apply"))
 
 
@@ -352,6 +352,9 @@ def measured(stats: dict[str, Any]) -> dict[str, Any]:
     extra = [t + h for t, h in zip(timings, per_turn_handlers)]
     parts = {f"of_which_{name}_ms": summary([p[key] for p in stats["parts"] if key in p])
              for name, key in PARTS}
+    # The context call's path: the browser's fetch, loopback HTTP (and through the plugin, SillyTavern
+    # and the proxy), what the sidecar's own time (Server-Timing) does not cover.
+    parts["of_which_context_call_path_ms"] = summary([p["context"] - p["server"] for p in stats["parts"] if "server" in p])
     return {
         "interceptor_ms": summary(timings),
         "handlers_ms_per_generation": summary(per_turn_handlers),

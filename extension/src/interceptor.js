@@ -177,7 +177,8 @@ export function createInterceptor(deps) {
             });
             deps.stats.lastRequest = body;
             const asked = performance.now();
-            const answer = await deps.getClient().context(body, { timeoutMs: remaining() });
+            const timing = {};
+            const answer = await deps.getClient().context(body, { timeoutMs: remaining(), timing });
             const answered = performance.now();
             deps.notifySuccess();
             deps.stats.lastTrimmed = trimToLive(chat, answer?.live_message_ids);
@@ -187,6 +188,7 @@ export function createInterceptor(deps) {
             deps.stats.parts?.push({
                 wait: waited, standing: counted - started - waited, request: asked - counted,
                 context: answered - asked, apply: performance.now() - answered,
+                ...(timing.serverMs === undefined ? {} : { server: timing.serverMs }),
             });
             deps.stats.lastReport = answer?.report ?? null;
             deps.stats.lastError = null;
