@@ -52,6 +52,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -139,19 +140,60 @@ def replay_prefetched(side: Any, body: dict[str, Any], n: int, pause: float = 0.
     return times
 
 
+PAGE_PING = """async ([plugin, pauseMs]) => {
+    const ctx = SillyTavern.getContext();
+    const s = ctx.extensionSettings.chronicler ?? {};
+    const url = plugin ? '/api/plugins/chronicler/v1/health' : `${s.sidecarUrl}/v1/health`;
+    const headers = plugin ? ctx.getRequestHeaders() : {Authorization: `Bearer ${s.token}`};
+    await new Promise(resolve => setTimeout(resolve, pauseMs));
+    const started = performance.now();
+    const answer = await fetch(url, {headers, cache: 'no-store', credentials: plugin ? 'same-origin' : 'omit'});
+    await answer.text();
+    const took = performance.now() - started;
+    const own = /app;dur=([0-9.]+)/.exec(answer.headers.get('Server-Timing') ?? '');
+    return [took, own ? Number(own[1]) : null];
+}"""
+
+
+def page_path(st: STPage, plugin: bool, n: int, pause_ms: int) -> dict[str, Any]:
+    """The path alone, from the page as the extension calls: GET /v1/health (almost no sidecar work)
+    `n` times, each after `pause_ms` idle like a typed turn: total, the sidecar's own part, the rest."""
+    pings = [st.evaluate(PAGE_PING, [plugin, pause_ms]) for _ in range(n)]
+    return {"total_ms": summary([t for t, _ in pings]),
+            "sidecar_ms": summary([o for _, o in pings if o is not None]),
+            "path_ms": summary([t - o for t, o in pings if o is not None])}
+
+
 # --- a campaign-sized store (--store) ------------------------------------------------------------
 
 STORE_FILES = ("chronicler.sqlite3", "chronicler.sqlite3-wal", "chronicler.sqlite3-shm")
 
 
+SPEAKER = "Seraphina.png"  # the character whose chat the campaign is opened as
+
+
+def js_iso(sent_at: str) -> str:
+    """A time as the page sends it (JavaScript's toISOString: milliseconds, Z)."""
+    moment = datetime.fromisoformat(sent_at).astimezone(timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
 def copy_store(kept: Path, into: Path) -> None:
-    """The kept store's database into a sidecar's store folder: the bench never changes the kept one."""
+    """The kept store's database into a sidecar's store folder (the bench never changes the kept
+    one), its campaign chat stored as the page will send it (times as the page writes them, the
+    replies spoken by the opened character): what the page's first sync would write, done here so
+    that sync finds all 10,000 messages unchanged (it took 255 s otherwise)."""
     if not (kept / STORE_FILES[0]).is_file():
         raise SystemExit(f"{kept} holds no store: fill one with bench/assemble_latency.py --keep {kept}")
     into.mkdir(parents=True, exist_ok=True)
     for name in STORE_FILES:
         if (kept / name).is_file():
             shutil.copy2(kept / name, into / name)
+    chat_id, rows = campaign_chat(into)
+    with contextlib.closing(sqlite3.connect(into / STORE_FILES[0])) as conn, conn:
+        conn.executemany("UPDATE messages SET sent_at=?, speaker_id=CASE role WHEN 'assistant' THEN ?"
+                         " ELSE speaker_id END WHERE chat_id=? AND id=?",
+                         [(js_iso(r["sent_at"]), SPEAKER, chat_id, r["id"]) for r in rows])
 
 
 def campaign_chat(store: Path) -> tuple[str, list[dict[str, Any]]]:
@@ -174,7 +216,7 @@ def write_st_chat(st_root: Path, character: str, chat_id: str, rows: list[dict[s
     lines = [{"user_name": "Player", "character_name": character, "create_date": rows[0]["sent_at"],
               "chat_metadata": {}}]
     lines += [{"name": r["name"], "is_user": r["role"] == "user", "is_system": False,
-               "send_date": r["sent_at"], "mes": r["text"], "extra": {"chronicler_id": r["id"]}}
+               "send_date": js_iso(r["sent_at"]), "mes": r["text"], "extra": {"chronicler_id": r["id"]}}
               for r in rows]
     (folder / f"{chat_id}.jsonl").write_text("\n".join(json.dumps(line) for line in lines))
 
@@ -188,6 +230,7 @@ def open_campaign(st: STPage, side: Any, chat_id: str, limit: float = 1800) -> f
                               timeout=120_000)
     st.wait_idle(120_000)
     st.evaluate("() => window.chronicler.sync.idle(600000)")
+    print(f"  the page's sync of the opened chat: {time.monotonic() - started:.0f} s", flush=True)
     while time.monotonic() - started < limit:
         counts = side.request("GET", "/v1/jobs")[1]["counts"]
         if counts["pending"] == 0 and counts["running"] == 0:
@@ -430,6 +473,7 @@ def main() -> None:
         st.send("A first turn to warm everything up.")
         on, typed_turns, stats, typed = alternated(st, args.n, args.pause_ms, args.rounds)
         load = os.getloadavg()
+        path = page_path(st, args.plugin, args.n, args.pause_ms)
         replayed = replay_context(side, stats["request"], args.n)
         replayed_prefetched = replay_prefetched(side, stats["request"], args.n)
         if args.plugin and args.proxy_n:
@@ -448,6 +492,7 @@ def main() -> None:
         **({"campaign": opened} if opened else {}),
         **measured(stats),
         f"typed_then_sent_after_{args.pause_ms}_ms": {**measured(typed), "turn_ms": summary(typed_turns)},
+        "health_from_the_page_after_a_pause": path,
         "context_call_from_python_ms": summary(replayed),
         "context_call_from_python_prefetched_ms": summary(replayed_prefetched),
         **({"proxy": proxy} if proxy else {}),

@@ -172,7 +172,10 @@ export class EventHandlers {
     generationStarted(type, options, dryRun) {
         this.deps.worker.generationStarted(type, options, dryRun);
         const s = this.deps.getSettings();
-        if (!dryRun && type !== 'quiet' && s.enabled) this.deps.sync.hold(s.contextTimeoutMs + 500);
+        if (!dryRun && type !== 'quiet' && s.enabled) {
+            this.deps.sync.hold(s.contextTimeoutMs + 500);
+            this.deps.sync.postponeFollowSaved?.(); // GENERATION_ENDED asks for it again
+        }
         // The box's text becomes the player's message only after SillyTavern saved the chat (long
         // for a long chat): its query embedding starts now, MESSAGE_SENT corrects it if it differs.
         if (!dryRun && !options?.automatic_trigger && !KEEPS_INPUT.has(type) && s.enabled) {
