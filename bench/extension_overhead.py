@@ -32,7 +32,11 @@ messages, each with its Chronicler id, so the page holds the same 10,000 message
 queued are done.
 
     .venv/bin/python bench/extension_overhead.py [--n 50] [--memories 40] [--pause-ms 800] [--plugin [--proxy-n 200]]
-        [--store DIR]
+        [--store DIR] [--rounds 1] [--skip-off]
+
+Each generation's parts come from the page (window.chronicler.stats.parts): the sync wait, the
+standing tokens, the request body, the context call and of it the sidecar's own time (its
+Server-Timing header) — the rest is the path —, trimming and injection.
 
 Prints p50/p95 in ms and writes bench/results/extension_overhead.json (extension_overhead_plugin.json).
 """
