@@ -24,7 +24,19 @@ plugin (SillyTavern's session and CSRF token, as the page calls it): `POST /v1/c
 action each time) and `GET /v1/health` (almost no work in the sidecar: nearly all of its time is the
 path). Target: the proxy's added p50 <= 3 ms, the extension's time per generation still p95 <= 100 ms.
 
+With `--store DIR` (a store kept by `bench/assemble_latency.py --keep DIR`: 10,000 messages, 2,000
+memories, 500 lore cards, 40 characters), the sidecar serves a copy of that store (the kept one is
+never changed) and SillyTavern opens its campaign chat: a chat file written from the store's
+messages, each with its Chronicler id, so the page holds the same 10,000 messages the sidecar does
+(Seraphina speaks). The measuring starts once the page's sync of the opened chat and the jobs it
+queued are done.
+
     .venv/bin/python bench/extension_overhead.py [--n 50] [--memories 40] [--pause-ms 800] [--plugin [--proxy-n 200]]
+        [--store DIR] [--rounds 1] [--skip-off]
+
+Each generation's parts come from the page (window.chronicler.stats.parts): the sync wait, the
+standing tokens, the request body, the context call and of it the sidecar's own time (its
+Server-Timing header) — the rest is the path —, trimming and injection.
 
 Prints p50/p95 in ms and writes bench/results/extension_overhead.json (extension_overhead_plugin.json).
 """
@@ -35,12 +47,16 @@ import argparse
 import contextlib
 import http.cookiejar
 import json
+import os
+import shutil
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -113,6 +129,120 @@ def replay_context(side: Any, body: dict[str, Any], n: int) -> list[float]:
     return times
 
 
+def replay_prefetched(side: Any, body: dict[str, Any], n: int, pause: float = 0.3) -> list[float]:
+    """Time the context request from outside the browser as a prefetched turn reaches it: a new
+    last action each time, offered to `POST /v1/context/prefetch` `pause` s before the call."""
+    times = []
+    for i in range(n):
+        text = f"{body['last_action']['text']} (prefetched {i})"
+        status, answer = side.request("POST", "/v1/context/prefetch", {"chat_id": body["chat_id"], "text": text})
+        if status != 202:
+            raise RuntimeError(f"prefetch failed: {status} {answer}")
+        time.sleep(pause)
+        times.append(_timed(side.request, "POST", "/v1/context",
+                            {**body, "last_action": {**body["last_action"], "text": text}}))
+    return times
+
+
+PAGE_PING = """async ([plugin, pauseMs]) => {
+    const ctx = SillyTavern.getContext();
+    const s = ctx.extensionSettings.chronicler ?? {};
+    const url = plugin ? '/api/plugins/chronicler/v1/health' : `${s.sidecarUrl}/v1/health`;
+    const headers = plugin ? ctx.getRequestHeaders() : {Authorization: `Bearer ${s.token}`};
+    await new Promise(resolve => setTimeout(resolve, pauseMs));
+    const started = performance.now();
+    const answer = await fetch(url, {headers, cache: 'no-store', credentials: plugin ? 'same-origin' : 'omit'});
+    await answer.text();
+    const took = performance.now() - started;
+    const own = /app;dur=([0-9.]+)/.exec(answer.headers.get('Server-Timing') ?? '');
+    return [took, own ? Number(own[1]) : null];
+}"""
+
+
+def page_path(st: STPage, plugin: bool, n: int, pause_ms: int) -> dict[str, Any]:
+    """The path alone, from the page as the extension calls: GET /v1/health (almost no sidecar work)
+    `n` times, each after `pause_ms` idle like a typed turn: total, the sidecar's own part, the rest."""
+    pings = [st.evaluate(PAGE_PING, [plugin, pause_ms]) for _ in range(n)]
+    return {"total_ms": summary([t for t, _ in pings]),
+            "sidecar_ms": summary([o for _, o in pings if o is not None]),
+            "path_ms": summary([t - o for t, o in pings if o is not None])}
+
+
+# --- a campaign-sized store (--store) ------------------------------------------------------------
+
+STORE_FILES = ("chronicler.sqlite3", "chronicler.sqlite3-wal", "chronicler.sqlite3-shm")
+
+
+SPEAKER = "Seraphina.png"  # the character whose chat the campaign is opened as
+
+
+def js_iso(sent_at: str) -> str:
+    """A time as the page sends it (JavaScript's toISOString: milliseconds, Z)."""
+    moment = datetime.fromisoformat(sent_at).astimezone(timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def copy_store(kept: Path, into: Path) -> None:
+    """The kept store's database into a sidecar's store folder (the bench never changes the kept
+    one), its campaign chat stored as the page will send it (times as the page writes them, the
+    replies spoken by the opened character): what the page's first sync would write, done here so
+    that sync finds all 10,000 messages unchanged (it took 255 s otherwise)."""
+    if not (kept / STORE_FILES[0]).is_file():
+        raise SystemExit(f"{kept} holds no store: fill one with bench/assemble_latency.py --keep {kept}")
+    into.mkdir(parents=True, exist_ok=True)
+    for name in STORE_FILES:
+        if (kept / name).is_file():
+            shutil.copy2(kept / name, into / name)
+    chat_id, rows = campaign_chat(into)
+    with contextlib.closing(sqlite3.connect(into / STORE_FILES[0])) as conn, conn:
+        conn.executemany("UPDATE messages SET sent_at=?, speaker_id=CASE role WHEN 'assistant' THEN ?"
+                         " ELSE speaker_id END WHERE chat_id=? AND id=?",
+                         [(js_iso(r["sent_at"]), SPEAKER, chat_id, r["id"]) for r in rows])
+
+
+def campaign_chat(store: Path) -> tuple[str, list[dict[str, Any]]]:
+    """The store's largest chat and its messages in order (id, role, name, text, sent_at)."""
+    with contextlib.closing(sqlite3.connect(f"file:{store / STORE_FILES[0]}?mode=ro", uri=True)) as conn:
+        conn.row_factory = sqlite3.Row
+        chat_id = conn.execute("SELECT chat_id FROM messages GROUP BY chat_id ORDER BY count(*) DESC"
+                               " LIMIT 1").fetchone()[0]
+        rows = conn.execute("SELECT id, role, name, text, sent_at FROM messages WHERE chat_id=?"
+                            " ORDER BY position, seq", (chat_id,)).fetchall()
+    return chat_id, [dict(r) for r in rows]
+
+
+def write_st_chat(st_root: Path, character: str, chat_id: str, rows: list[dict[str, Any]]) -> None:
+    """A SillyTavern chat file (JSONL: a header, then one message a line) holding the store's
+    messages, each with the store's id in `extra.chronicler_id`, so the page and the sidecar hold
+    the same chat and the page's first sync finds every message already stored."""
+    folder = st_root / "default-user" / "chats" / character
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [{"user_name": "Player", "character_name": character, "create_date": rows[0]["sent_at"],
+              "chat_metadata": {}}]
+    lines += [{"name": r["name"], "is_user": r["role"] == "user", "is_system": False,
+               "send_date": js_iso(r["sent_at"]), "mes": r["text"], "extra": {"chronicler_id": r["id"]}}
+              for r in rows]
+    (folder / f"{chat_id}.jsonl").write_text("\n".join(json.dumps(line) for line in lines))
+
+
+def open_campaign(st: STPage, side: Any, chat_id: str, limit: float = 1800) -> float:
+    """Open the campaign chat in the page; wait for the page's sync of it and the jobs it queued.
+    Returns the seconds that took (the first sync of a 10,000-message chat is not a turn's)."""
+    started = time.monotonic()
+    st.evaluate("async name => { await SillyTavern.getContext().openCharacterChat(name); }", chat_id)
+    st.page.wait_for_function("id => SillyTavern.getContext().getCurrentChatId() === id", arg=chat_id,
+                              timeout=120_000)
+    st.wait_idle(120_000)
+    st.evaluate("() => window.chronicler.sync.idle(600000)")
+    print(f"  the page's sync of the opened chat: {time.monotonic() - started:.0f} s", flush=True)
+    while time.monotonic() - started < limit:
+        counts = side.request("GET", "/v1/jobs")[1]["counts"]
+        if counts["pending"] == 0 and counts["running"] == 0:
+            return time.monotonic() - started
+        time.sleep(1)
+    raise RuntimeError("the jobs of the campaign's first sync did not finish")
+
+
 Call = Callable[[str, str, Any], "tuple[int, Any]"]
 
 
@@ -182,10 +312,14 @@ def proxy_overhead(side: PluginSide, body: dict[str, Any], n: int) -> dict[str, 
 
 
 @contextlib.contextmanager
-def direct_setup(package: Path, fake: FakeLLM, tmp_path: Path, pw: Any) -> Iterator[tuple[STPage, Any]]:
-    """SillyTavern with the extension copied in, a sidecar of our own, the extension on its URL."""
+def direct_setup(package: Path, fake: FakeLLM, tmp_path: Path, pw: Any,
+                 store: Path | None = None) -> Iterator[tuple[STPage, Any]]:
+    """SillyTavern with the extension copied in, a sidecar of our own (on a copy of `store`), the
+    extension on its URL."""
     root = tmp_path / "st-data"
     prepare_data_root(root, package, fake.url, ROOT / "extension")
+    if store is not None:
+        copy_store(store, tmp_path / "sidecar")
     server = SillyTavernServer(package, root).start()
     side = Sidecar(tmp_path / "sidecar", origins=[server.origin]).start()
     browser = None
@@ -203,9 +337,12 @@ def direct_setup(package: Path, fake: FakeLLM, tmp_path: Path, pw: Any) -> Itera
 
 
 @contextlib.contextmanager
-def plugin_setup(package: Path, fake: FakeLLM, tmp_path: Path, pw: Any) -> Iterator[tuple[STPage, Any]]:
-    """SillyTavern with the plugin (install-extension; the plugin starts the sidecar), the extension
-    on the plugin route."""
+def plugin_setup(package: Path, fake: FakeLLM, tmp_path: Path, pw: Any,
+                 store: Path | None = None) -> Iterator[tuple[STPage, Any]]:
+    """SillyTavern with the plugin (install-extension; the plugin starts the sidecar, its default
+    user's store a copy of `store`), the extension on the plugin route."""
+    if store is not None:
+        copy_store(store, tmp_path / "sidecar" / "users" / "default-user")
     st_plugin = PluginST(package, fake, tmp_path)
     browser = None
     try:
@@ -235,7 +372,8 @@ def run_turns(st: STPage, n: int, label: str, pause_ms: int = 0) -> list[float]:
 
 
 CLEAR_STATS = ("() => { window.chronicler.stats.timings.items = [];"
-               " window.chronicler.stats.handlers.items = []; window.chronicler.stats.parts.items = []; }")
+               " window.chronicler.stats.handlers.items = []; window.chronicler.stats.parts.items = [];"
+               " if (window.chronicler.prefetch) window.chronicler.prefetch.sent = 0; }")
 READ_STATS = ("() => ({timings: window.chronicler.stats.timings.items,"
               " handlers: window.chronicler.stats.handlers.items,"
               " parts: window.chronicler.stats.parts.items,"
@@ -246,6 +384,12 @@ READ_STATS = ("() => ({timings: window.chronicler.stats.timings.items,"
               " report: window.chronicler.stats.lastReport})")
 
 
+# The interceptor's parts of each answered generation (window.chronicler.stats.parts), by key.
+PARTS = (("sync_wait", "wait"), ("standing_tokens", "standing"), ("request_body", "request"),
+         ("context_call", "context"), ("context_call_in_the_sidecar", "server"),
+         ("trim_and_inject", "apply"))
+
+
 def measured(stats: dict[str, Any]) -> dict[str, Any]:
     """The extension's time per generation from the page's own records."""
     timings: list[float] = stats["timings"]
@@ -253,14 +397,44 @@ def measured(stats: dict[str, Any]) -> dict[str, Any]:
     # Each generation: one interceptor call and (MESSAGE_SENT + MESSAGE_RECEIVED) two handler runs.
     per_turn_handlers = [sum(handlers[i:i + 2]) for i in range(0, len(handlers), 2)]
     extra = [t + h for t, h in zip(timings, per_turn_handlers)]
+    parts = {f"of_which_{name}_ms": summary([p[key] for p in stats["parts"] if key in p])
+             for name, key in PARTS}
+    # The context call's path: the browser's fetch, loopback HTTP (and through the plugin, SillyTavern
+    # and the proxy), what the sidecar's own time (Server-Timing) does not cover.
+    parts["of_which_context_call_path_ms"] = summary([p["context"] - p["server"] for p in stats["parts"] if "server" in p])
     return {
         "interceptor_ms": summary(timings),
         "handlers_ms_per_generation": summary(per_turn_handlers),
         "extra_ms": summary(extra),
-        "of_which_sync_wait_ms": summary([p["wait"] for p in stats["parts"]]),
-        "of_which_context_call_ms": summary([p["context"] for p in stats["parts"]]),
+        **{name: value for name, value in parts.items() if value["n"]},
         "prefetches_sent": stats["prefetched"],
     }
+
+
+def alternated(st: STPage, n: int, pause_ms: int, rounds: int) -> tuple[list[float], list[float], Any, Any]:
+    """`rounds` times: N generations sent at once, then N typed and sent `pause_ms` later, so both
+    kinds meet the same machine; their turns and the page's records, each kind's runs joined."""
+    on: list[float] = []
+    typed_turns: list[float] = []
+    stats: dict[str, Any] = {}
+    typed: dict[str, Any] = {}
+    for r in range(rounds):
+        for label, turns, into in (("on", on, stats), ("typed", typed_turns, typed)):
+            st.evaluate(CLEAR_STATS)
+            turns += run_turns(st, n, f"{label} {r}", pause_ms if label == "typed" else 0)
+            joined(into, st.evaluate(READ_STATS))
+    return on, typed_turns, stats, typed
+
+
+def joined(into: dict[str, Any], stats: dict[str, Any]) -> None:
+    """Add one run's page records to those of the runs before (lists joined, the rest the latest)."""
+    for key, value in stats.items():
+        if key in ("timings", "handlers", "parts"):
+            into[key] = into.get(key, []) + value
+        elif key == "prefetched":
+            into[key] = into.get(key, 0) + value
+        else:
+            into[key] = value
 
 
 def main() -> None:
@@ -273,6 +447,11 @@ def main() -> None:
                         help="through Chronicler's SillyTavern server plugin (and time its proxy)")
     parser.add_argument("--proxy-n", type=int, default=200,
                         help="with --plugin: calls of each kind timed each way for the proxy (default 200)")
+    parser.add_argument("--store", type=Path,
+                        help="a store kept by bench/assemble_latency.py --keep: its campaign chat, copied")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="alternate the sent-at-once and the typed runs this many times (default 1)")
+    parser.add_argument("--skip-off", action="store_true", help="no run with the extension switched off")
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright
@@ -281,8 +460,14 @@ def main() -> None:
     setup = plugin_setup if args.plugin else direct_setup
     proxy: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="chronicler-bench-") as tmp, FakeLLM() as fake, \
-            sync_playwright() as pw, setup(package, fake, Path(tmp), pw) as (st, side):
+            sync_playwright() as pw, setup(package, fake, Path(tmp), pw, args.store) as (st, side):
         st.select_character("Seraphina")
+        opened = None
+        if args.store is not None:
+            campaign, rows = campaign_chat(args.store)
+            write_st_chat(Path(tmp) / "st-data", "Seraphina", campaign, rows)
+            opened = {"chat": campaign, "messages": len(rows), "first_sync_s": round(open_campaign(st, side, campaign), 1)}
+            print(f"campaign opened: {opened}", flush=True)
         avatar, chat_id = st.evaluate("() => { const c = SillyTavern.getContext();"
                                       " return [c.characters[c.characterId].avatar, c.getCurrentChatId()]; }")
         deadline = time.monotonic() + 30
@@ -290,28 +475,33 @@ def main() -> None:
             time.sleep(0.2)
         seed_memories(side, avatar, chat_id, args.memories)
         st.send("A first turn to warm everything up.")
-        st.evaluate(CLEAR_STATS)
-        on = run_turns(st, args.n, "on")
-        stats = st.evaluate(READ_STATS)
-        st.evaluate(CLEAR_STATS)
-        typed_turns = run_turns(st, args.n, "typed", args.pause_ms)
-        typed = st.evaluate(READ_STATS)
+        on, typed_turns, stats, typed = alternated(st, args.n, args.pause_ms, args.rounds)
+        load = os.getloadavg()
+        path = page_path(st, args.plugin, args.n, args.pause_ms)
         replayed = replay_context(side, stats["request"], args.n)
-        if args.plugin:
+        replayed_prefetched = replay_prefetched(side, stats["request"], args.n)
+        if args.plugin and args.proxy_n:
             proxy = proxy_overhead(side, stats["request"], args.proxy_n)
-        configure_chronicler(st, enabled=False)
-        off = run_turns(st, args.n, "off")
+        off: list[float] = []
+        if not args.skip_off:
+            configure_chronicler(st, enabled=False)
+            off = run_turns(st, args.n, "off")
 
     result: dict[str, Any] = {
         "generations": args.n,
         "memories": args.memories,
         "route": "plugin" if args.plugin else "direct",
+        "rounds": args.rounds,
+        "load_average_after_turns": [round(x, 2) for x in load],
+        **({"campaign": opened} if opened else {}),
         **measured(stats),
         f"typed_then_sent_after_{args.pause_ms}_ms": {**measured(typed), "turn_ms": summary(typed_turns)},
+        "health_from_the_page_after_a_pause": path,
         "context_call_from_python_ms": summary(replayed),
+        "context_call_from_python_prefetched_ms": summary(replayed_prefetched),
         **({"proxy": proxy} if proxy else {}),
         "turn_ms_extension_on": summary(on),
-        "turn_ms_extension_off": summary(off),
+        **({"turn_ms_extension_off": summary(off)} if off else {}),
         "sidecar_features": stats["features"],
         "last_error": stats["lastError"],
         "context_sections": sorted((stats["report"] or {}).get("sections", {}).keys()),

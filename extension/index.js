@@ -60,12 +60,14 @@ state.worker = pageWorker({
 });
 state.prefetch = new QueryPrefetch({
     getClient: () => client(), getSettings: settings, features, chatId: () => ctx().getCurrentChatId?.(),
+    names: () => ({ user: ctx().name1, char: ctx().name2 }),
 });
+const inputBox = () => document.querySelector('#send_textarea');
 let refreshDrawer = null;
 const on = new EventHandlers({
     getContext: ctx, getSettings: settings, sync: state.sync, worker: state.worker, features, state,
     tellMissingRoute: (error) => notices.missingRoute(error), refreshDrawer: () => refreshDrawer?.(),
-    prefetch: state.prefetch,
+    prefetch: state.prefetch, readInput: () => inputBox()?.value ?? '',
 });
 const countStanding = cachedCounter(text => ctx().getTokenCountAsync(text), STANDING_COUNT_MS);
 globalThis.chroniclerInterceptor = createInterceptor({
@@ -102,7 +104,7 @@ const patch = via.mode === 'direct' ? fromInstallConfig(ctx().extensionSettings[
 if (patch) writeSettings(patch);
 on.refreshFeatures();
 // A pause in typing: the action is probably final, so its query embedding may start.
-attempt('watch the input box', () => document.querySelector('#send_textarea')
+attempt('watch the input box', () => inputBox()
     ?.addEventListener('input', event => state.prefetch.typed(event.target.value)));
 refreshDrawer = await attempt('add the settings drawer', () => addSettingsDrawer(ctx(), EXTENSION_PATH, {
     read: settings,

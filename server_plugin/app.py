@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from typing import Any, Callable
 
 from flask import Flask, g
@@ -39,6 +40,23 @@ def error_body(code: str, message: str, details: list[Any] | None = None) -> dic
 
 def _snake(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_") or "error"
+
+
+def _install_server_timing(app: Flask) -> None:
+    """Every answer says the sidecar's own time (`Server-Timing: app;dur=<ms>`, from before the
+    checks to the answer), so a caller can tell it from the path's: the page records it for each
+    context call (bench/extension_overhead.py), the plugin's proxy passes it on."""
+
+    @app.before_request
+    def _started() -> None:
+        g.chronicler_started = time.perf_counter()
+
+    @app.after_request
+    def _timing(response: Any) -> Any:
+        started = g.get("chronicler_started")
+        if started is not None:
+            response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.1f}"
+        return response
 
 
 def _install_error_envelope(app: Flask) -> None:
@@ -171,7 +189,8 @@ def create_app(settings: Settings, *, services: Services | None = None, per_user
     CORS(app, resources={r"/v1/*": {"origins": list(settings.origins)}},
          allow_headers=["Authorization", "Content-Type"],
          methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"], max_age=600,
-         supports_credentials=False)
+         supports_credentials=False, expose_headers=["Server-Timing"])
+    _install_server_timing(app)
     install(app, guard)
 
     @app.before_request

@@ -76,6 +76,17 @@ def test_allowed_origin_gets_cors_headers(api):
     assert "Access-Control-Allow-Credentials" not in response.headers
 
 
+def test_every_answer_says_the_sidecars_own_time_readable_by_the_page(api):
+    """Server-Timing (app;dur=ms): the page tells the sidecar's time from the path's; a cross-origin
+    page may read it only when exposed."""
+    response = api.post("/v1/memories", json=MEMORY, headers={"Origin": ST_ORIGIN})
+    timing = response.headers["Server-Timing"]
+    assert timing.startswith("app;dur=") and float(timing.split("=", 1)[1]) >= 0
+    assert "server-timing" in response.headers["Access-Control-Expose-Headers"].lower()
+    missing = api.get("/v1/no-such-route")  # an error answer says it too
+    assert missing.status_code == 404 and missing.headers["Server-Timing"].startswith("app;dur=")
+
+
 def test_preflight_from_allowed_origin_passes_without_token(api):
     """Browsers send CORS preflights without credentials."""
     response = api.request("OPTIONS", "/v1/memories", token=None, headers={

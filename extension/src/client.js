@@ -85,6 +85,17 @@ export function queryString(params = {}) {
     return parts.length ? `?${parts.join('&')}` : '';
 }
 
+/**
+ * The sidecar's own time for a call, in ms, from its `Server-Timing: app;dur=12.3` header (the
+ * plugin's proxy passes it on); undefined without one.
+ * @param {string|null|undefined} header
+ * @returns {number|undefined}
+ */
+export function serverMs(header) {
+    const match = /(?:^|,)\s*app\s*;(?:[^,]*;)?\s*dur=([0-9.]+)/.exec(String(header ?? ''));
+    return match ? Number(match[1]) : undefined;
+}
+
 /** Percent-encode one id for a path segment (SillyTavern chat ids hold spaces and `@`). */
 export function pathId(id) {
     return encodeURIComponent(String(id));
@@ -109,11 +120,12 @@ export class SidecarClient {
 
     /**
      * One call. Resolves to the parsed JSON body (or null for an empty one); rejects with SidecarError.
+     * `timing`, when given, gets `serverMs`: the sidecar's own part of the call (Server-Timing).
      * @param {string} method
      * @param {string} path starting with /v1
-     * @param {{body?: any, timeoutMs?: number, signal?: AbortSignal}} [options]
+     * @param {{body?: any, timeoutMs?: number, signal?: AbortSignal, timing?: {serverMs?: number}}} [options]
      */
-    async request(method, path, { body, timeoutMs, signal } = {}) {
+    async request(method, path, { body, timeoutMs, signal, timing } = {}) {
         const limit = timeoutMs ?? this.timeoutMs;
         const controller = new AbortController();
         let timedOut = false;
@@ -147,6 +159,7 @@ export class SidecarClient {
             clearTimeout(timer);
             signal?.removeEventListener('abort', onAbort);
         }
+        if (timing) timing.serverMs = serverMs(response.headers?.get?.('Server-Timing'));
         if (!response.ok) throw errorFromResponse(response.status, text);
         if (!text) return null;
         try {

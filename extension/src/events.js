@@ -12,6 +12,9 @@ import { workerWanted } from './worker.js';
 /** How long after a generation ends the sidecar's copy is checked against the saved chat. */
 export const FOLLOW_SAVED_MS = 2000;
 
+/** Generation types that do not send the input box's text as the player's message (script.js Generate). */
+export const KEEPS_INPUT = new Set(['regenerate', 'swipe', 'quiet', 'impersonate']);
+
 /** Generation types whose MESSAGE_RECEIVED carries no reply of an intercepted generation (no turn). */
 export const NOT_A_TURN = new Set(['first_message', 'command', 'extension', 'quiet', 'impersonate']);
 
@@ -60,7 +63,9 @@ export function chatIdOf(fileName) {
  * @property {(error: any) => void} tellMissingRoute say once that the sidecar lacks a route
  * @property {() => void} [refreshDrawer] the settings drawer, when the sidecar's features changed
  * @property {() => number} [clock] ms, for the handlers' own timing
- * @property {{now: (text: string) => void}} [prefetch] the next turn's query embedding (prefetch.js)
+ * @property {{now: (text: string) => void, sending: (text: string) => void}} [prefetch] the next turn's
+ *   query embedding (prefetch.js)
+ * @property {() => string} [readInput] the text in SillyTavern's input box
  */
 
 export class EventHandlers {
@@ -161,12 +166,21 @@ export class EventHandlers {
     /**
      * GENERATION_STARTED(type, options, dryRun): the worker steps aside, and the user's new
      * message's upsert waits until the context call is done (ChatSync.hold); the interceptor
-     * releases it, the limit covers generations that never reach the interceptor.
+     * releases it, the limit covers generations that never reach the interceptor. A generation
+     * that sends the input box's text starts that text's query embedding.
      */
     generationStarted(type, options, dryRun) {
         this.deps.worker.generationStarted(type, options, dryRun);
         const s = this.deps.getSettings();
-        if (!dryRun && type !== 'quiet' && s.enabled) this.deps.sync.hold(s.contextTimeoutMs + 500);
+        if (!dryRun && type !== 'quiet' && s.enabled) {
+            this.deps.sync.hold(s.contextTimeoutMs + 500);
+            this.deps.sync.postponeFollowSaved?.(); // GENERATION_ENDED asks for it again
+        }
+        // The box's text becomes the player's message only after SillyTavern saved the chat (long
+        // for a long chat): its query embedding starts now, MESSAGE_SENT corrects it if it differs.
+        if (!dryRun && !options?.automatic_trigger && !KEEPS_INPUT.has(type) && s.enabled) {
+            this.deps.prefetch?.sending(this.deps.readInput?.() ?? '');
+        }
     }
 
     /** GENERATION_ENDED / GENERATION_STOPPED. */

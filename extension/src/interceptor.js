@@ -164,6 +164,7 @@ export function createInterceptor(deps) {
             const { activeMemberIds, isGroup } = chatMembers(ctx);
             // SillyTavern's own card, persona and system prompt take their part of contextSize first.
             const standing = (await deps.standingTokens?.(ctx)) ?? 0;
+            const counted = performance.now();
             const budget = sidecarBudget(contextSize, standing, settings.promptOverheadTokens);
             const tight = deps.tightBudget?.check(chatId, {
                 contextSize, standing, budget, minimum: settings.minMemoryBudgetTokens ?? 0,
@@ -176,12 +177,19 @@ export function createInterceptor(deps) {
             });
             deps.stats.lastRequest = body;
             const asked = performance.now();
-            const answer = await deps.getClient().context(body, { timeoutMs: remaining() });
-            deps.stats.parts?.push({ wait: waited, context: performance.now() - asked });
+            const timing = {};
+            const answer = await deps.getClient().context(body, { timeoutMs: remaining(), timing });
+            const answered = performance.now();
             deps.notifySuccess();
             deps.stats.lastTrimmed = trimToLive(chat, answer?.live_message_ids);
             const calls = blocksToPrompts(answer?.blocks, settings.injection);
             deps.injected.keys = applyPrompts(ctx.setExtensionPrompt, calls, deps.injected.keys);
+            // Where this generation's time went (the panel, bench/extension_overhead.py).
+            deps.stats.parts?.push({
+                wait: waited, standing: counted - started - waited, request: asked - counted,
+                context: answered - asked, apply: performance.now() - answered,
+                ...(timing.serverMs === undefined ? {} : { server: timing.serverMs }),
+            });
             deps.stats.lastReport = answer?.report ?? null;
             deps.stats.lastError = null;
         } catch (error) {

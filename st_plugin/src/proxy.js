@@ -113,6 +113,8 @@ function makeProxy(sidecar) {
                 'X-Content-Type-Options': 'nosniff' };
             if (answer.headers['content-length']) out['Content-Length'] = answer.headers['content-length'];
             if (answer.headers['content-disposition']) out['Content-Disposition'] = answer.headers['content-disposition'];
+            // The sidecar's own time (the page tells it from the path's: bench/extension_overhead.py).
+            if (answer.headers['server-timing']) out['Server-Timing'] = answer.headers['server-timing'];
             res.writeHead(answer.statusCode ?? 502, out);
             answer.pipe(res);
         });

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 
-import { CLIENT_CODES, SidecarClient, SidecarError, allowNotFound, clientFor, errorFromResponse, pathId } from '../../extension/src/client.js';
+import { CLIENT_CODES, SidecarClient, SidecarError, allowNotFound, clientFor, errorFromResponse, pathId, serverMs } from '../../extension/src/client.js';
 
 test('dc2: the error envelope becomes a typed error with code, message and details', () => {
     const err = errorFromResponse(403, JSON.stringify({ ok: false, error: { code: 'pinned_memory', message: 'Only a person may edit a pinned memory.', details: [{ id: 'm1' }] } }));
@@ -31,6 +31,21 @@ async function listen(server) {
     await new Promise(resolve => server.listen(0, '127.0.0.1', resolve));
     return server.address().port;
 }
+
+test("serverMs reads the sidecar's own time from Server-Timing; a call given `timing` records it", async () => {
+    assert.equal(serverMs('app;dur=12.5'), 12.5);
+    assert.equal(serverMs('db;dur=3, app;desc="sidecar";dur=7'), 7);
+    assert.equal(serverMs('cache;dur=2'), undefined);
+    assert.equal(serverMs(null), undefined);
+    const answer = (headers) => async () => new Response('{"ok":true}', { status: 200, headers });
+    const timing = {};
+    const client = new SidecarClient({ baseUrl: 'http://sidecar', fetchImpl: answer({ 'Server-Timing': 'app;dur=4.2' }) });
+    assert.deepEqual(await client.context({}, { timing }), { ok: true });
+    assert.equal(timing.serverMs, 4.2);
+    const without = {};
+    await new SidecarClient({ baseUrl: 'http://sidecar', fetchImpl: answer({}) }).context({}, { timing: without });
+    assert.equal(without.serverMs, undefined);
+});
 
 test('dc2: a sidecar that does not answer in time fails with code timeout', async () => {
     const sockets = [];

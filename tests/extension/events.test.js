@@ -29,6 +29,7 @@ function fakeSync({ assigned = [] } = {}) {
         hold: (ms) => calls.push(['hold', ms]),
         release: () => calls.push(['release']),
         followSavedSoon: (ms) => calls.push(['followSavedSoon', ms]),
+        postponeFollowSaved: () => calls.push(['postponeFollowSaved']),
         renameChat(oldId, newId) { calls.push(['renameChat', oldId, newId]); return this.renameDone; },
         finishRename: () => renamed(),
         deleteChat: (id) => calls.push(['deleteChat', id]),
@@ -200,13 +201,13 @@ test('dc2: a chat change clears our prompts and the turn, syncs the new chat and
 test('dc2: a real generation holds the new message\'s upsert for the context call; dry runs and quiet ones do not', () => {
     const s = setup({ settings: { contextTimeoutMs: 1500 } });
     s.on.generationStarted('normal', { a: 1 }, false);
-    assert.deepEqual(s.deps.sync.calls, [['hold', 2000]], 'the time limit plus half a second');
+    assert.deepEqual(s.deps.sync.calls, [['hold', 2000], ['postponeFollowSaved']], 'the time limit plus half a second');
     assert.deepEqual(s.deps.worker.calls, [['generationStarted', 'normal', { a: 1 }, false]]);
     s.on.generationStarted('normal', {}, true);
     s.on.generationStarted('quiet', {}, false);
     s.settings.enabled = false;
     s.on.generationStarted('swipe', {}, false);
-    assert.equal(s.deps.sync.calls.length, 1, 'no other hold');
+    assert.equal(s.deps.sync.calls.length, 2, 'no other hold');
     assert.equal(s.deps.worker.calls.length, 4, 'the worker hears of every generation');
 });
 

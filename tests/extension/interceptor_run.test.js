@@ -124,3 +124,23 @@ test('qs1: when SillyTavern\'s own prompt leaves less than the minimum, the user
     await s.run([...s.stored], 8000, () => {}, 'normal');
     assert.equal(told.length, 1, 'a roomy context says nothing');
 });
+
+test("each answered generation records where its time went: sync wait, standing tokens, request, context call (the sidecar's part of it), trim and inject", async () => {
+    const s = setup({ answer: { blocks: [], live_message_ids: ['b', 'c'] } });
+    s.deps.stats.parts = new RingBuffer(10);
+    s.deps.standingTokens = async () => 100;
+    s.deps.getClient = () => ({ context: async (_body, options) => { options.timing.serverMs = 3.5; return { blocks: [], live_message_ids: ['b', 'c'] }; } });
+    await s.run(s.stored.map(m => ({ ...m })), 4000, () => {}, 'normal');
+    const [part] = s.deps.stats.parts.items;
+    assert.deepEqual(Object.keys(part).sort(), ['apply', 'context', 'request', 'server', 'standing', 'wait']);
+    assert.equal(part.server, 3.5);
+    for (const key of ['apply', 'context', 'request', 'standing', 'wait']) assert.ok(part[key] >= 0, key);
+    // A sidecar (or proxy) that does not say its own time: no `server` part rather than a guess.
+    s.deps.getClient = () => ({ context: async () => ({ blocks: [] }) });
+    await s.run(s.stored.map(m => ({ ...m })), 4000, () => {}, 'normal');
+    assert.equal('server' in s.deps.stats.parts.items[1], false);
+    // A failed call records no part (its time is in `timings`).
+    s.deps.getClient = () => ({ context: async () => { throw new SidecarError({ code: 'timeout', message: 'slow' }); } });
+    await s.run(s.stored.map(m => ({ ...m })), 4000, () => {}, 'normal');
+    assert.equal(s.deps.stats.parts.items.length, 2);
+});

@@ -94,3 +94,65 @@ test("MESSAGE_SENT starts the player's message's embedding before the sync, not 
     assert.deepEqual(order, [['prefetch', 'I bow.'], ['sync', 'MESSAGE_SENT'], ['sync', 'MESSAGE_SENT']]);
     assert.deepEqual(sentTexts(s.sidecar), ['I bow.']);
 });
+
+test('expectedMessage: the box as SillyTavern will store it: trimmed, names put in, nothing for a command or another macro', async () => {
+    const { expectedMessage } = await import('../../extension/src/prefetch.js');
+    const names = { user: 'Ann', char: 'Seraphina' };
+    assert.equal(expectedMessage('  I bow to {{char}}.\n', names), 'I bow to Seraphina.');
+    assert.equal(expectedMessage('{{USER}} waves at <BOT>, <char> waves back at <user>', names),
+        'Ann waves at Seraphina, Seraphina waves back at Ann');
+    assert.equal(expectedMessage('/echo hello', names), null);
+    assert.equal(expectedMessage('I roll {{roll:d20}}', names), null);
+    assert.equal(expectedMessage('{{setvar::door::open}} I open it', names), null);
+    assert.equal(expectedMessage('<GROUP> gathers', names), null);
+    assert.equal(expectedMessage('   ', names), null);
+    // A name holding "$&" is put in as written (no replacement patterns).
+    assert.equal(expectedMessage('hi {{user}}', { user: 'A$&B' }), 'hi A$&B');
+});
+
+test('sending: the expanded box text goes now, a pause timer still running is dropped, and the sent message is not embedded twice', () => {
+    const s = setup();
+    s.prefetch.deps.names = () => ({ user: 'Ann', char: 'Seraphina' });
+    s.prefetch.typed('I bow to {{char}}. ');
+    s.prefetch.sending('I bow to {{char}}. ');
+    assert.deepEqual(sentTexts(s.sidecar), ['I bow to Seraphina.']);
+    assert.ok(s.timers.every(t => t.cleared));
+    // MESSAGE_SENT brings the stored text: the same, trailing whitespace aside, is not sent again.
+    s.prefetch.now('I bow to Seraphina.  ');
+    assert.deepEqual(sentTexts(s.sidecar), ['I bow to Seraphina.']);
+    // A text SillyTavern changed on the way (a regex script) is the one the turn reads: sent.
+    s.prefetch.now('I bow deeply to Seraphina.');
+    assert.deepEqual(sentTexts(s.sidecar), ['I bow to Seraphina.', 'I bow deeply to Seraphina.']);
+    // A slash command or a dice roll is not a message that can be told ahead: nothing goes.
+    s.prefetch.sending('/continue');
+    s.prefetch.sending('I roll {{roll:d20}}');
+    assert.equal(sentTexts(s.sidecar).length, 2);
+});
+
+test("GENERATION_STARTED sends the box's text when the generation sends it, not for swipes, regenerates, dry runs or automatic ones", () => {
+    const generations = [];
+    const on = new EventHandlers({
+        getContext: () => ({ chat: [] }),
+        getSettings: () => DEFAULTS,
+        sync: { hold() {} }, worker: { generationStarted() {} }, features: {},
+        state: { stats: { handlers: { push() {} } } }, tellMissingRoute() {},
+        prefetch: { sending: text => generations.push(text) },
+        readInput: () => 'I open the gate.',
+    });
+    on.generationStarted(undefined, {}, false);
+    on.generationStarted('normal', {}, false);
+    on.generationStarted('continue', {}, false);
+    for (const type of ['swipe', 'regenerate', 'quiet', 'impersonate']) on.generationStarted(type, {}, false);
+    on.generationStarted('normal', {}, true);
+    on.generationStarted('normal', { automatic_trigger: true }, false);
+    assert.deepEqual(generations, ['I open the gate.', 'I open the gate.', 'I open the gate.']);
+
+    const off = new EventHandlers({
+        getContext: () => ({ chat: [] }), getSettings: () => ({ ...DEFAULTS, enabled: false }),
+        sync: { hold() {} }, worker: { generationStarted() {} }, features: {},
+        state: { stats: { handlers: { push() {} } } }, tellMissingRoute() {},
+        prefetch: { sending: text => generations.push(text) }, readInput: () => 'x',
+    });
+    off.generationStarted('normal', {}, false);
+    assert.equal(generations.length, 3);
+});

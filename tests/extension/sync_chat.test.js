@@ -410,3 +410,17 @@ test('dc2: the saved chat is read through SillyTavern\'s own routes, its header 
     assert.deepEqual(calls[1].slice(0, 2), ['/api/chats/group/get', { id: 'Party chat' }]);
     assert.equal(await savedMessages(ctx, async () => ({ ok: false })), null);
 });
+
+test('dc2: a generation that starts postpones a following of the saved chat not begun yet; its end asks again', async () => {
+    const s = setup({ chat: [msg('g')] });
+    let reads = 0;
+    s.sync.deps.savedMessages = async () => { reads += 1; return [msg('g')]; };
+    s.sync.followSavedSoon(5);
+    s.sync.postponeFollowSaved();
+    await new Promise(resolve => setTimeout(resolve, 30));
+    assert.equal(reads, 0);
+    s.sync.followSavedSoon(5);
+    await new Promise(resolve => setTimeout(resolve, 30));
+    await s.sync.idle(1000);
+    assert.equal(reads, 1);
+});

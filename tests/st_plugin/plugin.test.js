@@ -92,6 +92,12 @@ test('limits are applied before forwarding, in the same envelope', { skip }, asy
     assert.equal((await plain.json()).error.code, 'unsupported_media_type');
 });
 
+test("the sidecar's own time (Server-Timing) comes through the proxy", { skip }, async () => {
+    const answer = await call('GET', '/v1/health');
+    assert.equal(answer.status, 200);
+    assert.match(answer.headers.get('server-timing') ?? '', /^app;dur=[0-9.]+$/);
+});
+
 test("a store moves without its vectors through the proxy, under the sidecar's store import limit", { skip }, async () => {
     const limits = await eventually(async () => plugin.plugin.sidecar?.limits ?? null);
     assert.equal(limits.max_store_import_bytes, 512 * 1024 * 1024);  // read from the sidecar's health

@@ -173,6 +173,16 @@ export class ChatSync {
     }
 
     /**
+     * A generation starts: a following of the saved chat not begun yet waits for its end (which
+     * asks for it again). It reads the whole chat file and every id the sidecar holds, which on a
+     * long chat would run beside the context call and slow it.
+     */
+    postponeFollowSaved() {
+        clearTimeout(this.followTimer);
+        this.followTimer = undefined;
+    }
+
+    /**
      * Queued: read the saved chat; delete what the sidecar holds of it that the file does not have,
      * send what the file has that the sidecar lacks. Skipped when the chat is no longer open, a
      * saved message has no id of ours yet, or the file is only behind this page (it lacks some of
@@ -191,7 +201,9 @@ export class ChatSync {
             const records = chatRecords(saved, this.now(), defaultSpeaker);
             const fileIds = new Set(records.map(r => r.id));
             const mine = chatRecords(ctx.chat, this.now(), defaultSpeaker).map(r => r.id);
-            const foreign = records.some(r => !mine.includes(r.id));
+            // A set: at 10,000 messages a list's `includes` per record held the page for seconds.
+            const mineSet = new Set(mine);
+            const foreign = records.some(r => !mineSet.has(r.id));
             if (!foreign && mine.some(id => !fileIds.has(id))) return;
             const client = this.deps.getClient();
             const held = new Set(await listAllIds(client, chatId));
