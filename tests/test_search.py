@@ -312,10 +312,12 @@ def test_sw6_float16_vectors_rank_as_float32_ones(api, services, settings, embed
         assert np.allclose([r["score"] for r in old], [r["score"] for r in new], atol=1e-3)
 
 
-def test_sw6_a_fresh_index_loaded_in_bulk_equals_one_appended_row_by_row(quiet, services):
-    """rule SW6: the start-up build fills the index column by column (live_bulk.load); it holds
-    exactly what appending each row in order holds: fields, vectors, passages, postings, codes,
-    session lists and links."""
+@pytest.mark.parametrize("batch", [8192, 3])
+def test_sw6_a_fresh_index_loaded_in_bulk_equals_one_appended_row_by_row(quiet, services, monkeypatch, batch):
+    """rule SW6: the start-up build fills the index column by column, a batch of rows at a time
+    (live_bulk.load); it holds exactly what appending each row in order holds: fields, vectors,
+    passages, postings, codes, session lists and links."""
+    monkeypatch.setattr(live_index.live_bulk, "BATCH", batch)
     api = quiet
     setup_cast(api)
     chat(api, "ca", [A, B])

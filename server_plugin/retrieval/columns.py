@@ -15,6 +15,11 @@ from typing import Any
 import numpy as np
 
 
+# The numpy pairs kept for the terms queries used: a common word of a campaign has tens of
+# thousands of rows (16 bytes each), so they are bounded by bytes.
+ARRAYS_BYTES = 32 * 2 ** 20
+
+
 class Codes:
     """Small integer codes for repeated values (chats, speakers, sessions, known_by sets)."""
 
@@ -43,6 +48,7 @@ class Postings:
         self._spans: dict[str, tuple[int, int]] = {}  # term -> its slice of the loaded arrays
         self._rows = np.zeros(0, dtype=np.int32)
         self._tfs = np.zeros(0, dtype=np.float32)
+        self._held = 0  # bytes in `arrays` added since it was last cleared
 
     def terms(self) -> set[str]:
         """Every term some row holds."""
@@ -62,8 +68,6 @@ class Postings:
         """The terms of rows 0, 1, … of a fresh index at once: the same postings as `add` row by
         row, from one flat pass (a restart of a campaign of 100,000 messages reads about two
         million postings; appending them one by one took most of the start-up)."""
-        if self._spans or self.lists:
-            raise ValueError("load fills an empty index; add appends to one")
         terms: list[str] = []
         tfs: list[float] = []
         for c in counts:
@@ -72,10 +76,17 @@ class Postings:
         ids = {t: i for i, t in enumerate(dict.fromkeys(terms))}
         tid = np.fromiter(map(ids.__getitem__, terms), np.int64, len(terms))
         rows = np.repeat(np.arange(len(counts), dtype=np.int32), [len(c) for c in counts])
+        self.load_flat(list(ids), tid, rows, np.asarray(tfs, dtype=np.float32))
+
+    def load_flat(self, names: list[str], tid: np.ndarray, rows: np.ndarray, tfs: np.ndarray) -> None:
+        """Postings given flat (term number into `names`, row, count), rows ascending within each
+        term's entries as they come: what `load` makes, for a loader that reads in batches."""
+        if self._spans or self.lists:
+            raise ValueError("load fills an empty index; add appends to one")
         order = np.argsort(tid, kind="stable")  # stable: each term's rows stay in row order
-        self._rows, self._tfs = rows[order], np.asarray(tfs, dtype=np.float32)[order]
-        bounds = np.searchsorted(tid[order], np.arange(len(ids) + 1)).tolist()
-        self._spans = {t: (bounds[i], bounds[i + 1]) for t, i in ids.items()}
+        self._rows, self._tfs = rows[order].astype(np.int32), tfs[order].astype(np.float32)
+        bounds = np.searchsorted(tid[order], np.arange(len(names) + 1)).tolist()
+        self._spans = {t: (bounds[i], bounds[i + 1]) for i, t in enumerate(names)}
 
     def get(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
         """The rows holding `term` and how often each holds it (None: no row does)."""
@@ -91,6 +102,10 @@ class Postings:
             if tail is not None:  # copies: a view would pin the array, and the next row could not grow it
                 rows.append(np.array(tail[0], dtype=np.int32))
                 tfs.append(np.array(tail[1], dtype=np.float32))
-            found = self.arrays[term] = (np.concatenate(rows).astype(np.int64),
-                                         np.concatenate(tfs).astype(np.float64))
+            found = (np.concatenate(rows).astype(np.int64), np.concatenate(tfs).astype(np.float64))
+            if self._held > ARRAYS_BYTES:  # a bound, not an LRU: a query's terms are made again
+                self.arrays.clear()
+                self._held = 0
+            self.arrays[term] = found
+            self._held += found[0].nbytes + found[1].nbytes
         return found

@@ -29,7 +29,7 @@ import json
 import weakref
 from dataclasses import dataclass
 from datetime import date
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -381,6 +381,16 @@ def results(conn: Connection, doc_ids: Sequence[int]) -> dict[int, Any]:
 def all_rows(conn: Connection, columns: str) -> list[Any]:
     """These columns of every row, by doc id."""
     return conn.execute(f"SELECT {columns} FROM docs ORDER BY id").fetchall()
+
+
+def rows_in_batches(conn: Connection, columns: str, size: int) -> tuple[int, Iterator[list[Any]]]:
+    """How many rows there are, and these columns of every row by doc id, `size` at a time."""
+    def batches(after: Any = None) -> Iterator[list[Any]]:
+        while batch := conn.execute(f"SELECT {columns} FROM docs WHERE ? IS NULL OR id > ? ORDER BY id"
+                                    " LIMIT ?", (after, after, size)).fetchall():
+            yield batch
+            after = batch[-1]["id"]
+    return conn.execute("SELECT count(*) FROM docs").fetchone()[0], batches()
 
 
 def rows_since(conn: Connection, columns: str, rev: int) -> list[Any]:

@@ -1,10 +1,14 @@
 """A fresh in-memory index filled in bulk (live_index.build, at start-up and on a rebuild).
 
 `LiveIndex.append` adds one row at a time, which is what a write needs; a restart of a campaign of
-100,000 messages reads about 115,000 rows, and row by row that took tens of seconds (codes,
+100,000 messages reads about 110,000 rows, and row by row that took tens of seconds (codes,
 postings, vectors and session lists, each in Python per row). `load` makes the same state column
 by column: the same arrays, postings, session lists and row numbers as `append(..., link=False)`
 for each row in order (tests/test_search.py checks that they are equal).
+
+It reads the rows a batch at a time, so that the Python objects of one batch (rows, their term
+counts) are all that is alive at once: read whole, a campaign's peaked near 1 GB, and the
+process kept that memory after the build.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -24,68 +28,101 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
-def _kept(rows: Sequence[Any], vecs: dict[int, np.ndarray]) -> list[Any]:
-    """The rows that have a vector (a row without one cannot happen: same transaction; it is never ranked)."""
-    kept = []
-    for r in rows:
-        if int(r["id"]) in vecs:
-            kept.append(r)
-        else:
-            log.error("search: doc %s has no vector; skipped", r["id"])
-    return kept
+BATCH = 8192  # rows read and turned into columns at a time
 
 
-def _passages(rows: list[Any], pvecs: dict[int, np.ndarray]) -> tuple[list[np.ndarray], list[int]]:
-    """Each row's passage vectors in order, and the row each belongs to."""
-    vectors, owners = [], []
-    for i, r in enumerate(rows):
-        base = int(r["id"]) * index.MAX_PASSAGES
-        for j in range(r["passages"]):
-            found = pvecs.get(base + j)
-            if found is not None:
-                vectors.append(found)
-                owners.append(i)
-    return vectors, owners
-
-
-def load(live: LiveIndex, rows: Sequence[Any], vecs: dict[int, np.ndarray], pvecs: dict[int, np.ndarray],
-         day: Any) -> None:
-    """Fill an empty `live` with `rows` (by id, as docs.all_rows gives them) and their vectors;
-    `day` reads a row's created_at as live_index does. Links are made after (`link_all`)."""
+def load(live: LiveIndex, batches: Iterable[Sequence[Any]], has_vector: set[int] | None,
+         vectors: Callable[[], dict[int, np.ndarray]], passages: Callable[[], dict[int, np.ndarray]],
+         day: Callable[[str | None], float]) -> None:
+    """Fill an empty `live` with the rows of `batches` (by id, as docs.all_rows gives them) that
+    have a vector (`has_vector`; None: all), then their vectors and passage vectors (read by the
+    two callables once the rows are in); `day` reads created_at as live_index does. Links are
+    made after (`link_all`)."""
     if live.n:
         raise ValueError("load fills an empty index")
-    kept = _kept(rows, vecs)
-    n = len(kept)
-    passages, owners = _passages(kept, pvecs)
-    live._reserve(n, len(passages))
-    a = live.a
-    ids = [int(r["id"]) for r in kept]
-    a["doc_id"][:n] = ids
-    a["alive"][:n] = True
-    a["kind"][:n] = [live.kinds(r["kind"]) for r in kept]
-    a["chat"][:n] = [live.chats(r["chat_id"]) for r in kept]
-    a["owner"][:n] = [live.owners(r["character_id"]) for r in kept]
-    a["known"][:n] = [live.known_sets(None if (k := loads(r["known_by"])) is None else frozenset(k)) for r in kept]
-    a["gid"][:n] = [live.sessions(r["session_key"]) for r in kept]
-    a["pos"][:n] = [np.nan if r["position"] is None else float(r["position"]) for r in kept]
-    a["day"][:n] = [day(r["created_at"]) for r in kept]
-    a["content_len"][:n] = [float(r["content_len"]) for r in kept]
-    a["cues"][:n] = [float(r["cues"]) for r in kept]
-    counts = [json.loads(r["terms"]) for r in kept]
-    a["doc_len"][:n] = [float(sum(c.values())) for c in counts]
-    live.postings.load(counts)
-    live.row_terms.extend(tuple(map(sys.intern, c)) for c in counts)  # one copy of each word
-    if n:
-        live.vectors[:n] = np.stack([vecs[d] for d in ids])
-    if passages:
-        live.pvec[:len(passages)] = np.stack(passages)
-        live.powner[:len(passages)] = owners
-    live.pn = len(passages)
-    live.row_of.update(zip(ids, range(n)))
-    live.stale_cast = live.stale_cast or any(r["cast_version"] != live.cast_version for r in kept)
-    live.n = n
+    terms = _Terms()
+    wanted: list[tuple[int, int]] = []  # (passage rowid, row) in the order append would keep them
+    ids: list[int] = []
+    for batch in batches:
+        kept = [r for r in batch if has_vector is None or int(r["id"]) in has_vector]
+        for r in batch:
+            if has_vector is not None and int(r["id"]) not in has_vector:
+                log.error("search: doc %s has no vector; skipped", r["id"])
+        _fields(live, kept, day, terms)
+        for i, r in zip(range(live.n - len(kept), live.n), kept):
+            base = int(r["id"]) * index.MAX_PASSAGES
+            wanted += [(base + j, i) for j in range(r["passages"])]
+        ids += [int(r["id"]) for r in kept]
+    terms.into(live.postings)
+    live.row_of.update(zip(ids, range(len(ids))))
+    _vectors(live, ids, vectors())
+    _passages(live, wanted, passages() if wanted else {})
     _groups(live, np.asarray(ids, dtype=np.int64))
+
+
+def _fields(live: LiveIndex, kept: list[Any], day: Callable[[str | None], float], terms: "_Terms") -> None:
+    """One batch's per-row columns, term counts and words."""
+    lo, n = live.n, len(kept)
+    live._reserve(n, 0)
+    a, at = live.a, slice(lo, lo + n)
+    a["doc_id"][at] = [int(r["id"]) for r in kept]
+    a["alive"][at] = True
+    a["kind"][at] = [live.kinds(r["kind"]) for r in kept]
+    a["chat"][at] = [live.chats(r["chat_id"]) for r in kept]
+    a["owner"][at] = [live.owners(r["character_id"]) for r in kept]
+    a["known"][at] = [live.known_sets(None if (k := loads(r["known_by"])) is None else frozenset(k)) for r in kept]
+    a["gid"][at] = [live.sessions(r["session_key"]) for r in kept]
+    a["pos"][at] = [np.nan if r["position"] is None else float(r["position"]) for r in kept]
+    a["day"][at] = [day(r["created_at"]) for r in kept]
+    a["content_len"][at] = [float(r["content_len"]) for r in kept]
+    a["cues"][at] = [float(r["cues"]) for r in kept]
+    counts = [json.loads(r["terms"]) for r in kept]
+    a["doc_len"][at] = [float(sum(c.values())) for c in counts]
+    terms.add(lo, counts)
+    live.row_terms.extend(tuple(map(sys.intern, c)) for c in counts)  # one copy of each word
+    live.stale_cast = live.stale_cast or any(r["cast_version"] != live.cast_version for r in kept)
+    live.n = lo + n
+
+
+class _Terms:
+    """The postings of the batches, kept as compact arrays until they are loaded at once."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, first: int, counts: list[dict[str, float]]) -> None:
+        flat: list[str] = []
+        tfs: list[float] = []
+        for c in counts:
+            flat.extend(c)
+            tfs.extend(c.values())
+        ids = self.ids
+        tid = np.fromiter((ids.setdefault(t, len(ids)) for t in flat), np.int64, len(flat))
+        rows = np.repeat(np.arange(first, first + len(counts), dtype=np.int32), [len(c) for c in counts])
+        self.parts.append((tid, rows, np.asarray(tfs, dtype=np.float32)))
+
+    def into(self, postings: Any) -> None:
+        if self.parts:
+            tid, rows, tfs = (np.concatenate(p) for p in zip(*self.parts))
+            postings.load_flat(list(self.ids), tid, rows, tfs)
+        self.parts = []
+
+
+def _vectors(live: LiveIndex, ids: list[int], vecs: dict[int, np.ndarray]) -> None:
+    """Each row's vector, written straight into the index's matrix (no float32 copy of them all)."""
+    for i, doc_id in enumerate(ids):
+        live.vectors[i] = vecs[doc_id]
+
+
+def _passages(live: LiveIndex, wanted: list[tuple[int, int]], pvecs: dict[int, np.ndarray]) -> None:
+    """The passage vectors each row has, in order, and the row each belongs to."""
+    found = [(p, i) for p, i in wanted if p in pvecs]
+    live._reserve(0, len(found))
+    for k, (p, i) in enumerate(found):
+        live.pvec[k] = pvecs[p]
+        live.powner[k] = i
+    live.pn = len(found)
 
 
 def _groups(live: LiveIndex, ids: np.ndarray) -> None:

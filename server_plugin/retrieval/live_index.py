@@ -30,7 +30,7 @@ from ..errors import ServiceUnavailable
 from ..services import Services
 from ..store.db import Database, loads
 from . import docs as index
-from . import live_bulk
+from . import live_bulk, vec_chunks
 from .columns import Codes, Postings
 from . import ranking as R
 from . import visibility
@@ -91,7 +91,7 @@ class LiveIndex:
         self.postings = Postings()
         # BM25's neighbour-spread postings per term (ranking.TermIndex.spread_cache); a term is
         # dropped when a row holding it is added or gets new neighbours, so it is never stale.
-        self.spread_cache: dict[str, Any] = {}
+        self.spread_cache: dict[str, Any] = R.SpreadCache()
         self.row_terms: list[tuple[str, ...]] = []
         self.row_of: dict[int, int] = {}
         self.groups: dict[int, list[tuple[float, int, int]]] = {}  # gid -> sorted (pos, doc id, row)
@@ -273,10 +273,10 @@ def build(db: Database, window_weights: Sequence[float], half: bool = False) -> 
         live = LiveIndex(window_weights, dim=index.model(conn)[1], half=half)
         live.rev = index.revision(conn)
         live.cast_version = index.cast_version(conn)
-        rows = index.all_rows(conn, _COLUMNS)
-        vecs = index.item_vectors(conn, None)
-        pvecs = index.passage_vectors(conn, None) if any(r["passages"] for r in rows) else {}
-    live_bulk.load(live, rows, vecs, pvecs, _day)
+        count, batches = index.rows_in_batches(conn, _COLUMNS, live_bulk.BATCH)
+        live._reserve(count, 0)
+        live_bulk.load(live, batches, vec_chunks.row_ids(conn, "docs_vec"),
+                       lambda: index.item_vectors(conn, None), lambda: index.passage_vectors(conn, None), _day)
     live.link_all()
     return live
 

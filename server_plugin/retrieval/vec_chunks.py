@@ -77,3 +77,8 @@ def read(conn: Any, table: str, rowids: Sequence[int] | None, dim: int) -> dict[
             rows += conn.execute(f'SELECT rowid, embedding FROM "{table}" WHERE rowid IN'
                                  f' ({",".join("?" * len(chunk))})', chunk).fetchall()
     return {int(r[0]): np.frombuffer(r[1], dtype=np.float32) for r in rows}
+
+
+def row_ids(conn: Any, table: str) -> set[int]:
+    """The rowids vec0 `table` holds a vector for."""
+    return {int(r[0]) for r in conn.execute(f'SELECT rowid FROM "{table}"')}

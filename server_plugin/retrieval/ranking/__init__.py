@@ -30,6 +30,7 @@ from .dates import date_prior, query_dates
 from .score import (
     SPREAD_CACHE_TERMS,
     Corpus,
+    SpreadCache,
     Query,
     RankingParams,
     TermIndex,
@@ -77,6 +78,7 @@ __all__ = [
     "Query",
     "RankingParams",
     "SPREAD_CACHE_TERMS",
+    "SpreadCache",
     "TermIndex",
     "analyze",
     "bm25",

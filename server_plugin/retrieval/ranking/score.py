@@ -127,13 +127,30 @@ def _spread_cached(index: TermIndex, term: str, ix: np.ndarray, tf: np.ndarray,
     if found is not None and found[0] == key:
         return found[1], found[2]
     rows, counts = spread(ix, tf, neighbours, cols, index.n_docs)
-    if len(cache) >= SPREAD_CACHE_TERMS:
+    held = getattr(cache, "nbytes", 0)
+    if len(cache) >= SPREAD_CACHE_TERMS or held > SPREAD_CACHE_BYTES:
         cache.clear()  # a bound, not an LRU: refilling costs one query's worth of spreading
     cache[term] = (key, rows, counts)
+    if isinstance(cache, SpreadCache):
+        cache.nbytes += rows.nbytes + counts.nbytes
     return rows, counts
 
 
 SPREAD_CACHE_TERMS = 20_000
+# A common word of a campaign of 100,000 messages is spread to tens of thousands of rows (about
+# 1 MB); a bound by terms alone let a day of queries hold hundreds of MB.
+SPREAD_CACHE_BYTES = 64 * 2 ** 20
+
+
+class SpreadCache(dict):
+    """`TermIndex.spread_cache` that knows how many bytes it holds (added since it was last
+    cleared: a term dropped meanwhile still counts, so it is cleared a little early)."""
+
+    nbytes = 0
+
+    def clear(self) -> None:
+        super().clear()
+        self.nbytes = 0
 
 
 # ---------------------------------------------------------------------------------------------

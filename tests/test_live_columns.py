@@ -1,0 +1,49 @@
+"""The in-memory index's compact columns (retrieval/columns.py) and its bounded caches (SW6)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from server_plugin.retrieval import columns
+from server_plugin.retrieval import ranking as R
+from server_plugin.retrieval.ranking import score
+
+COUNTS = [{"salt": 2.0, "road": 1.0}, {"road": 1.0}, {"tower": 3.0, "salt": 1.0}, {"salt": 1.0}]
+
+
+def test_sw6_postings_loaded_at_once_equal_postings_added_row_by_row():
+    one, bulk = columns.Postings(), columns.Postings()
+    for row, counts in enumerate(COUNTS):
+        one.add(row, counts)
+    bulk.load(COUNTS)
+    assert one.terms() == bulk.terms() == {"salt", "road", "tower"}
+    for term in one.terms():
+        assert [a.tolist() for a in one.get(term)] == [b.tolist() for b in bulk.get(term)]
+    bulk.add(4, {"salt": 5.0, "well": 1.0})  # a row written after the load joins its terms
+    assert bulk.get("salt")[0].tolist() == [0, 2, 3, 4] and bulk.get("salt")[1].tolist() == [2, 1, 1, 5]
+    assert bulk.get("well")[0].tolist() == [4] and bulk.get("nothing") is None
+
+
+def test_sw6_the_arrays_kept_for_queried_terms_are_bounded_by_bytes(monkeypatch):
+    postings = columns.Postings()
+    postings.load([{f"t{i}": 1.0 for i in range(50)} for _ in range(100)])
+    monkeypatch.setattr(columns, "ARRAYS_BYTES", 100 * 16 * 3)  # about three terms' pairs
+    for i in range(50):
+        assert postings.get(f"t{i}")[0].tolist() == list(range(100))
+        assert len(postings.arrays) <= 5
+    assert postings._held <= columns.ARRAYS_BYTES + 100 * 16
+
+
+def test_sw6_spread_postings_are_bounded_by_bytes_and_score_the_same(monkeypatch):
+    counts = [{"salt": 1.0, f"w{i}": 1.0} for i in range(400)]
+    nbr = R.neighbour_index(np.zeros(400, dtype=np.int64), radius=2)
+    plain = R.TermIndex.build(counts)
+    kept = R.TermIndex(plain.postings, plain.doc_len, plain.n_docs, R.SpreadCache())
+    monkeypatch.setattr(score, "SPREAD_CACHE_BYTES", 400 * 16 * 2)
+    for i in range(40):
+        query = {"salt": 1.0, f"w{i}": 1.0}
+        want = R.bm25(plain, query, neighbours=nbr, neighbour_weights=(0.9, 0.5))
+        assert np.allclose(R.bm25(kept, query, neighbours=nbr, neighbour_weights=(0.9, 0.5)), want)
+        assert kept.spread_cache.nbytes <= score.SPREAD_CACHE_BYTES + 2 * 400 * 16
+    kept.spread_cache.clear()
+    assert kept.spread_cache.nbytes == 0 and not kept.spread_cache
