@@ -56,7 +56,9 @@ def summarising_model(body: dict) -> str:
 @pytest.fixture
 def client_sidecar(st_server: SillyTavernServer, tmp_path: Path) -> Iterator[Sidecar]:
     """A sidecar of its own that leaves model work to the extension."""
-    side = Sidecar(tmp_path / "data", origins=[st_server.origin], env={"CHRONICLER_LLM_MODE": "client"})
+    # Parts (MJ1) are read as soon as their messages are due: this test waits for the session end's jobs.
+    side = Sidecar(tmp_path / "data", origins=[st_server.origin],
+                   env={"CHRONICLER_LLM_MODE": "client", "CHRONICLER_PART_WAIT_SECONDS": "0"})
     side.start()
     status, _ = side.request("POST", "/v1/jobs/claim", {"__probe__": True})
     if status == 404:

@@ -63,7 +63,9 @@ def _answer(task: str, body: dict) -> dict:
 
 
 def _sidecar(st_server: SillyTavernServer, data: Path, **env: str) -> Sidecar:
-    side = Sidecar(data, origins=[st_server.origin], env={"CHRONICLER_LLM_MODE": "client", **env})
+    # Parts (MJ1) are read as soon as their messages are due: the tests wait for session-end work.
+    side = Sidecar(data, origins=[st_server.origin],
+                   env={"CHRONICLER_LLM_MODE": "client", "CHRONICLER_PART_WAIT_SECONDS": "0", **env})
     side.start()
     if side.request("GET", "/v1/lore/proposals")[0] == 404:
         side.stop()

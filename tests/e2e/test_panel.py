@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
+from tests.helpers.episodes import EMPTY, sections_of, task_of
 from tests.helpers.sidecar import Sidecar
 from tests.helpers.sillytavern import (
     REPO_ROOT,
@@ -804,6 +805,18 @@ def test_rv3_summaries_tab_shows_covered_messages_edits_and_rebuilds(st: STPage,
     assert page.locator(".chronicler-badge", has_text="edited by you").count() == 0
 
 
+LISE = "Ann told Seraphina about her sister Lise."
+
+
+def _summarising(body: dict[str, Any]) -> str:
+    """A model whose chunk summary (alone, or the "summary" section of a part's call, MJ1) says LISE."""
+    if task_of(body) != "part_notes":
+        return json.dumps({"summary": LISE, "quotes": []})
+    sections = sections_of(body["messages"][0]["content"])
+    return json.dumps({key: {"summary": LISE, "quotes": []} if task == "chunk_summary" else EMPTY[task]
+                       for key, task in sections.items()})
+
+
 def test_rv3_jobs_line_shows_a_failure_and_retries_it(st: STPage, fake, st_server, tmp_path: Path) -> None:
     """rule RV3 (background jobs): when the sidecar's model fails, the panel's status line shows the
     failed jobs and the last error; "Retry failed" sends them back to the queue, and once the model
@@ -812,7 +825,8 @@ def test_rv3_jobs_line_shows_a_failure_and_retries_it(st: STPage, fake, st_serve
     data.mkdir()
     (data / "config.toml").write_text(
         f'llm_mode = "openai"\nllm_url = "{fake.url}"\nllm_model = "fake-model"\n'
-        "llm_retries = 0\njob_max_attempts = 1\n")
+        "llm_retries = 0\njob_max_attempts = 1\n"
+        "part_wait_seconds = 0\n")  # parts (MJ1) read as soon as messages leave the live window
     side = Sidecar(data, origins=[st_server.origin])
     side.start()
     try:
@@ -840,10 +854,10 @@ def test_rv3_jobs_line_shows_a_failure_and_retries_it(st: STPage, fake, st_serve
         panel_shot(st, "jobs-failed-desktop")
 
         fake.reset()
-        fake.responder = lambda body: json.dumps({"summary": "Ann told Seraphina about her sister Lise.", "quotes": []})
+        fake.responder = _summarising
         line.get_by_role("button", name="Retry failed").click()
         wait_until(lambda: written(summaries_of(side, chat_id)), timeout=90, what="summaries after the retry")
-        assert any(s["text"] == "Ann told Seraphina about her sister Lise." for s in written(summaries_of(side, chat_id)))
+        assert any(s["text"] == LISE for s in written(summaries_of(side, chat_id)))
     finally:
         fake.reset()
         side.stop()
