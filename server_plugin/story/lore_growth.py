@@ -37,7 +37,7 @@ from ..jobs.tasks.lore import LoreInput, LoreProposal, LoreProposals, lore_growt
 from ..retrieval import search, visibility
 from ..services import Services
 from ..store.db import Connection, dumps, loads
-from . import chats, lore, messages
+from . import chats, lore, messages, parts
 
 KIND = "lore_growth"
 SEARCH_QUERY_CHARS = 2000  # the part's newest text a search for touched entries reads
@@ -122,18 +122,8 @@ def _queue(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
     """Queue the session's lore growth (every mode: without a model the fallback proposes only
     from clear patterns), not with memory off (RV16)."""
     if not chats.memory_enabled(conn, chat_id) or batch.in_parts(svc):
-        return 0  # with parts (MJ1) it comes with each part (_queue_part)
+        return 0  # with parts (MJ1) it comes with each part (parts.reader in register)
     queue.enqueue(svc, KIND, chat_id=chat_id, ref=str(n), target={"n": n})
-    return 1
-
-
-def _queue_part(svc: Services, conn: Connection, chat_id: str, turn_id: str | None,
-                message_ids: list[str]) -> int:
-    """MJ1: lore growth over exactly a part's messages (it shares the part's call)."""
-    if not chats.memory_enabled(conn, chat_id):
-        return 0
-    queue.enqueue(svc, KIND, chat_id=chat_id, turn_id=turn_id, dedupe=False,
-                  target={"message_ids": list(message_ids)})
     return 1
 
 
@@ -376,7 +366,7 @@ def register(jobs: JobKinds, hooks: Hooks) -> None:
     """The session-end lore-growth job and the listeners that keep grown lore on its sources."""
     jobs.register(KIND, _apply, build=_build, prepare=_prepare)
     hooks.session_ended.connect(_queue)
-    hooks.part_closed.connect(_queue_part)
+    hooks.part_closed.connect(parts.reader(KIND))
     hooks.messages_edited.connect(_edited)
     hooks.messages_deleted.connect(_deleted)
     hooks.turn_rolled_back.connect(_rolled_back)

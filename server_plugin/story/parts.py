@@ -24,14 +24,14 @@ per session end, as before (`batch.in_parts`). A part is the recent summary row 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..hooks import Hooks
 from ..jobs import batch, queue
 from ..jobs.queue import JobKinds
 from ..services import Services
 from ..store.db import Connection
-from . import deep_memory, messages, sessions, summaries
+from . import chats, deep_memory, messages, sessions, summaries
 
 KIND = "close_part"
 WAIT_REF = "part"  # the one pending close_part job of a chat
@@ -113,6 +113,19 @@ def _read(svc: Services, conn: Connection, chat_id: str, turn_id: str | None, ro
         return queued
     queued += deep_memory.queue_part(svc, conn, chat_id, turn_id, rows)
     return queued + svc.hooks.part_closed.count(svc, conn, chat_id, turn_id, [r["id"] for r in rows])
+
+
+def reader(kind: str) -> Callable[..., int]:
+    """A `part_closed` listener that queues `kind`'s job over exactly a part's messages (so it
+    shares the part's call), none where the chat's memory is off."""
+    def queue_over_part(svc: Services, conn: Connection, chat_id: str, turn_id: str | None,
+                        message_ids: list[str]) -> int:
+        if not chats.memory_enabled(conn, chat_id):
+            return 0
+        queue.enqueue(svc, kind, chat_id=chat_id, turn_id=turn_id, dedupe=False,
+                      target={"message_ids": list(message_ids)})
+        return 1
+    return queue_over_part
 
 
 def _on_due(svc: Services, conn: Connection, chat_id: str, turn_id: str | None) -> int:

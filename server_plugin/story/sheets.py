@@ -39,7 +39,7 @@ from ..jobs.tasks.sheets import Newcomer, SheetInput, sheet_updates
 from ..retrieval.visibility import knows_secret
 from ..services import Services
 from ..store.db import Connection
-from . import characters, chats, extraction, learned, messages
+from . import characters, chats, extraction, learned, messages, parts
 
 if TYPE_CHECKING:
     from ..jobs.tasks.base import Prompt
@@ -156,18 +156,8 @@ UPDATES_KIND = "sheet_updates"
 def _queue_updates(svc: Services, conn: Connection, chat_id: str, n: int) -> int:
     """Queue the session's sheet updates (not in extractive mode, not with memory off: RV16)."""
     if svc.settings.llm_mode == "extractive" or not chats.memory_enabled(conn, chat_id) or batch.in_parts(svc):
-        return 0  # with parts (MJ1) they come with each part (_queue_part_updates)
+        return 0  # with parts (MJ1) they come with each part (parts.reader in register)
     queue.enqueue(svc, UPDATES_KIND, chat_id=chat_id, ref=str(n), target={"n": n})
-    return 1
-
-
-def _queue_part_updates(svc: Services, conn: Connection, chat_id: str, turn_id: str | None,
-                        message_ids: list[str]) -> int:
-    """MJ1: the sheet updates of a part, over exactly its messages (they share its call)."""
-    if not chats.memory_enabled(conn, chat_id):
-        return 0
-    queue.enqueue(svc, UPDATES_KIND, chat_id=chat_id, turn_id=turn_id, dedupe=False,
-                  target={"message_ids": list(message_ids)})
     return 1
 
 
@@ -326,7 +316,7 @@ def register(jobs: JobKinds, hooks: Hooks) -> None:
     jobs.register(UPDATES_KIND, _apply_updates, build=_build_updates)
     hooks.session_ended.connect(_queue_drafts)
     hooks.session_ended.connect(_queue_updates)
-    hooks.part_closed.connect(_queue_part_updates)
+    hooks.part_closed.connect(parts.reader(UPDATES_KIND))
     hooks.chat_moved.connect(learned.chat_moved)
     hooks.character_deleted.connect(_character_deleted)
 
