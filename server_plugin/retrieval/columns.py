@@ -68,15 +68,9 @@ class Postings:
         """The terms of rows 0, 1, … of a fresh index at once: the same postings as `add` row by
         row, from one flat pass (a restart of a campaign of 100,000 messages reads about two
         million postings; appending them one by one took most of the start-up)."""
-        terms: list[str] = []
-        tfs: list[float] = []
-        for c in counts:
-            terms.extend(c)
-            tfs.extend(c.values())
-        ids = {t: i for i, t in enumerate(dict.fromkeys(terms))}
-        tid = np.fromiter(map(ids.__getitem__, terms), np.int64, len(terms))
-        rows = np.repeat(np.arange(len(counts), dtype=np.int32), [len(c) for c in counts])
-        self.load_flat(list(ids), tid, rows, np.asarray(tfs, dtype=np.float32))
+        loader = PostingsLoader()
+        loader.add(0, counts)
+        loader.into(self)
 
     def load_flat(self, names: list[str], tid: np.ndarray, rows: np.ndarray, tfs: np.ndarray) -> None:
         """Postings given flat (term number into `names`, row, count), rows ascending within each
@@ -109,3 +103,31 @@ class Postings:
             self.arrays[term] = found
             self._held += found[0].nbytes + found[1].nbytes
         return found
+
+
+class PostingsLoader:
+    """The postings of a fresh index's rows, batch by batch, kept as compact arrays until they
+    are loaded into a `Postings` at once (live_bulk.py reads a campaign 8,192 rows at a time)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, first: int, counts: list[dict[str, float]]) -> None:
+        """The term counts of rows first, first + 1, …"""
+        flat: list[str] = []
+        tfs: list[float] = []
+        for c in counts:
+            flat.extend(c)
+            tfs.extend(c.values())
+        ids = self.ids
+        tid = np.fromiter((ids.setdefault(t, len(ids)) for t in flat), np.int64, len(flat))
+        rows = np.repeat(np.arange(first, first + len(counts), dtype=np.int32), [len(c) for c in counts])
+        self.parts.append((tid, rows, np.asarray(tfs, dtype=np.float32)))
+
+    def into(self, postings: Postings) -> None:
+        """Load every batch added into the empty `postings`."""
+        if self.parts:
+            tid, rows, tfs = (np.concatenate(p) for p in zip(*self.parts))
+            postings.load_flat(list(self.ids), tid, rows, tfs)
+        self.parts = []

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..store.db import loads
 from . import docs as index
+from .columns import PostingsLoader
 
 if TYPE_CHECKING:
     from .live_index import LiveIndex
@@ -40,7 +41,7 @@ def load(live: LiveIndex, batches: Iterable[Sequence[Any]], has_vector: set[int]
     made after (`link_all`)."""
     if live.n:
         raise ValueError("load fills an empty index")
-    terms = _Terms()
+    terms = PostingsLoader()
     wanted: list[tuple[int, int]] = []  # (passage rowid, row) in the order append would keep them
     ids: list[int] = []
     for batch in batches:
@@ -60,7 +61,7 @@ def load(live: LiveIndex, batches: Iterable[Sequence[Any]], has_vector: set[int]
     _groups(live, np.asarray(ids, dtype=np.int64))
 
 
-def _fields(live: LiveIndex, kept: list[Any], day: Callable[[str | None], float], terms: "_Terms") -> None:
+def _fields(live: LiveIndex, kept: list[Any], day: Callable[[str | None], float], terms: PostingsLoader) -> None:
     """One batch's per-row columns, term counts and words."""
     lo, n = live.n, len(kept)
     live._reserve(n, 0)
@@ -82,31 +83,6 @@ def _fields(live: LiveIndex, kept: list[Any], day: Callable[[str | None], float]
     live.row_terms.extend(tuple(map(sys.intern, c)) for c in counts)  # one copy of each word
     live.stale_cast = live.stale_cast or any(r["cast_version"] != live.cast_version for r in kept)
     live.n = lo + n
-
-
-class _Terms:
-    """The postings of the batches, kept as compact arrays until they are loaded at once."""
-
-    def __init__(self) -> None:
-        self.ids: dict[str, int] = {}
-        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-
-    def add(self, first: int, counts: list[dict[str, float]]) -> None:
-        flat: list[str] = []
-        tfs: list[float] = []
-        for c in counts:
-            flat.extend(c)
-            tfs.extend(c.values())
-        ids = self.ids
-        tid = np.fromiter((ids.setdefault(t, len(ids)) for t in flat), np.int64, len(flat))
-        rows = np.repeat(np.arange(first, first + len(counts), dtype=np.int32), [len(c) for c in counts])
-        self.parts.append((tid, rows, np.asarray(tfs, dtype=np.float32)))
-
-    def into(self, postings: Any) -> None:
-        if self.parts:
-            tid, rows, tfs = (np.concatenate(p) for p in zip(*self.parts))
-            postings.load_flat(list(self.ids), tid, rows, tfs)
-        self.parts = []
 
 
 def _vectors(live: LiveIndex, ids: list[int], vecs: dict[int, np.ndarray]) -> None:

@@ -331,11 +331,14 @@ class SearchState:
         s = self.svc.settings
         return (s.search_window_w1, s.search_window_w2)
 
+    def _build(self) -> LiveIndex:
+        return build(self.svc.db, self._weights(), self.svc.settings.search_half_vectors)
+
     def load(self) -> None:
         """Build the index (at start-up, or on the first query without a background thread)."""
         started = time.perf_counter()
         try:
-            fresh = build(self.svc.db, self._weights(), self.svc.settings.search_half_vectors)
+            fresh = self._build()
             with self.lock:
                 self.live = fresh
                 catch_up(fresh, self.svc.db)
@@ -363,7 +366,7 @@ class SearchState:
         live.set_window_weights(self._weights())
         limit = max(2000, live.n // 4)
         if not catch_up(live, self.svc.db, limit):
-            self.live = live = build(self.svc.db, self._weights(), self.svc.settings.search_half_vectors)
+            self.live = live = self._build()
             catch_up(live, self.svc.db)
         return live
 
@@ -375,7 +378,7 @@ class SearchState:
             live = self.current()
             rebuild = live.n and live.dead / live.n > self.svc.settings.search_rebuild_share
         if rebuild:
-            fresh = build(self.svc.db, self._weights(), self.svc.settings.search_half_vectors)
+            fresh = self._build()
             with self.lock:
                 catch_up(fresh, self.svc.db)
                 self.live = fresh
