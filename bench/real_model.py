@@ -91,13 +91,17 @@ def start_node_llama(modules: str, model: str, log: str, ctx: int) -> tuple[subp
     return proc, base
 
 
-def start_sidecar(data_dir: str, log: str, model_url: str, ctx: int) -> tuple[subprocess.Popen, str]:
+def start_sidecar(data_dir: str, log: str, model_url: str, ctx: int, part_wait: float) -> tuple[subprocess.Popen, str]:
+    """The sidecar in `openai` mode, told the model's context (`llm_context_tokens`: it sizes the
+    parts of MJ1) and how long a part smaller than `part_tokens` waits before it is read."""
     port = free_port()
     env = {**os.environ, "CHRONICLER_TOKEN": TOKEN, "CHRONICLER_LLM_MODE": "openai",
            "CHRONICLER_LLM_URL": model_url, "CHRONICLER_LLM_MODEL": "local",
            "CHRONICLER_LLM_READ_TIMEOUT": "300", "CHRONICLER_WORKER_ENABLED": "true",
            "CHRONICLER_JOBS_LIST_MAX": "100000", "CHRONICLER_JOB_BACKOFF_BASE_SECONDS": "1",
-           "CHRONICLER_EPISODES_PROMPT_MAX_TOKENS": str(max(1000, ctx // 2)), "PYTHONPATH": str(ROOT)}
+           "CHRONICLER_EPISODES_PROMPT_MAX_TOKENS": str(max(1000, ctx // 2)),
+           "CHRONICLER_LLM_CONTEXT_TOKENS": str(ctx), "CHRONICLER_PART_WAIT_SECONDS": str(part_wait),
+           "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "server_plugin.cli", "serve", "--port", str(port),
                              "--data-dir", data_dir], env=env, cwd=ROOT, stdout=open(log, "w"),
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -242,7 +246,9 @@ def main() -> None:
     parser.add_argument("--json-mode", default="off", choices=("off", "json_object", "json_schema"),
                         help="the sidecar's llm_json_mode (json_schema: llama.cpp holds the answer to each task's shape)")
     parser.add_argument("--messages", type=int, default=10_000)
-    parser.add_argument("--ctx", type=int, default=8192)
+    parser.add_argument("--ctx", type=int, default=8192, help="the model's context (the server's and the sidecar's)")
+    parser.add_argument("--part-wait", type=float, default=30.0,
+                        help="part_wait_seconds: the ingest is fast, so the last part is read after this")
     parser.add_argument("--budget", type=float, default=5400.0, help="most seconds to wait for the jobs")
     args = parser.parse_args()
     if not args.fake and not args.model and not args.url:
@@ -264,7 +270,7 @@ def main() -> None:
                                 else start_llama(args.llama_python, args.model, log, args.ctx))
         try:
             sidecar, base = start_sidecar(os.path.join(tmp, "data"), os.path.join(tmp, "sidecar.log"),
-                                          model_url, args.ctx)
+                                          model_url, args.ctx, args.part_wait)
             try:
                 s = requests.Session()
                 s.headers["Authorization"] = f"Bearer {TOKEN}"

@@ -187,7 +187,7 @@ CONVERSATION = [
     _s("part_call_max_jobs", int, 32, "Most jobs of one chat that read the same part of the transcript and share one model call, each a section of one answer (MJ1); 1 gives every job its own call.", 1),
     _s("part_tokens", int, 8000, "With a model (openai, client): message tokens of one part of the transcript, read once by every task that needs it (MJ1); 0: no parts (a job per chunk and per session end, as without a model).", 0),
     _s("llm_context_tokens", int, 32768, "Context size of the model that runs the jobs (set it to your model's): a part is never larger than this less part_reserve_tokens, and no call asks for a longer answer than the context leaves after its prompt (MJ1).", 1024),
-    _s("part_reserve_tokens", int, 8000, "Room a part call leaves in the model's context for its instructions, notes and answer (MJ1); with a 16k model a part is at most 8,384 tokens.", 0),
+    _s("part_reserve_tokens", int, 8000, "Room a part call leaves in the model's context for its instructions, notes and answer (MJ1), at most half the context; with a 16k model a part is at most 8,384 tokens, with an 8k model 4,096.", 0),
     _s("part_wait_seconds", float, 600.0, "Longest a part smaller than part_tokens waits to grow before it is read anyway (MJ1); 0: read as soon as its messages leave the live window or their session ends.", 0),
 ]
 

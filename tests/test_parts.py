@@ -206,13 +206,15 @@ def test_mj1_a_part_is_bounded_by_the_models_context(tmp_path):
         return parts.size(SimpleNamespace(settings=load_settings(
             {"data_dir": str(tmp_path), "part_tokens": 8000, "part_reserve_tokens": 6000, **values}, environ={})))
     assert size(llm_context_tokens=16384) == 8000
-    assert size(llm_context_tokens=8192) == 8192 - 6000
+    assert size(llm_context_tokens=12000) == 12000 - 6000
+    assert size(llm_context_tokens=8192) == 8192 // 2  # the reserve takes at most half the context
+    assert size(llm_context_tokens=4096) == 2048
 
 
-@pytest.mark.parametrize("overrides", [{"llm_context_tokens": 4000, "part_reserve_tokens": 3950}], indirect=True)
+@pytest.mark.parametrize("overrides", [{"llm_context_tokens": 4000, "part_tokens": 50}], indirect=True)
 def test_mj1_mj2_a_part_call_never_asks_more_than_the_models_context(api, services, fake):
-    """rules MJ1, MJ2: a small model context makes small parts (its context less the reserve),
-    and no call asks for a longer answer than the context leaves after its prompt."""
+    """rules MJ1, MJ2: small parts in a small model context, and no call asks for a longer answer
+    than the context leaves after its prompt."""
     two_sessions(api)
     services.clock.advance(seconds=WAIT + 1)
     drain(services)

@@ -3,7 +3,7 @@
 A message is *due* once it has left the live window (RV2) or its session has ended (SW2). The due
 messages no part has read yet, oldest first, make the chat's open part. It is read (closed) when
 it holds `part_tokens` (never more than the model's context, `llm_context_tokens`, less
-`part_reserve_tokens` for the instructions and the answer), cut at the last session end inside it
+`part_reserve_tokens`, at most half of it, for the instructions and the answer), cut at the last session end inside it
 when there is one; or, smaller, once it has waited `part_wait_seconds` (the worker's `close_part`
 job: a quiet chat gets its memory without more play, and a session's memory is never lost).
 
@@ -38,9 +38,12 @@ WAIT_REF = "part"  # the one pending close_part job of a chat
 
 
 def size(svc: Services) -> int:
-    """Message tokens of a full part: `part_tokens`, within what the model's context leaves."""
+    """Message tokens of a full part: `part_tokens`, within what the model's context leaves. The
+    reserve never takes more than half the context, so a small local model (4k, 8k) still reads
+    parts of half its context rather than parts of a few tokens."""
     s = svc.settings
-    return max(1, min(s.part_tokens, s.llm_context_tokens - s.part_reserve_tokens))
+    reserve = min(s.part_reserve_tokens, s.llm_context_tokens // 2)
+    return max(1, min(s.part_tokens, s.llm_context_tokens - reserve))
 
 
 def due(svc: Services, conn: Connection, chat_id: str) -> list[Any]:
