@@ -45,7 +45,7 @@ from server_plugin.settings import load_settings  # noqa: E402
 from server_plugin.story import context
 
 # The steps of context.build, by the module each lives in (context.build calls them through it).
-STEPS = {"build": context, "query_vector": bank, "assemble": context, "story_summary": context,
+STEPS = {"build": context, "query_vector_soon": bank, "assemble": context, "story_summary": context,
          "bank_search": bank, "history": context, "saved_memories": context,
          "story_cards": context, "record_turn": context}
 

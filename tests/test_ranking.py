@@ -261,6 +261,19 @@ def test_sw6_group_max_and_top_k():
     assert list(R.top_k(np.array([1.0, 1.0, 0.0]), 5)) == [0, 1, 2]
 
 
+def test_sw6_group_max_is_the_same_whether_sessions_come_in_order_or_interleaved():
+    """group_max takes one max per run when the sessions' rows come one after another, and
+    ufunc.at otherwise: both give every row its session's best candidate."""
+    rng = np.random.default_rng(3)
+    gids = np.sort(rng.integers(-1, 40, 500))
+    scores, mask = rng.normal(size=500), rng.random(500) < 0.8
+    expected = np.array([scores[(gids == g) & mask].max() if g >= 0 and ((gids == g) & mask).any()
+                         else scores[i] for i, g in enumerate(gids)])
+    assert np.array_equal(R.group_max(scores, gids, mask), expected)  # in order: runs
+    order = rng.permutation(500)
+    assert np.array_equal(R.group_max(scores[order], gids[order], mask[order]), expected[order])
+
+
 def _toy_corpus(rng: np.random.Generator, n: int = 12, groups: list | None = None):
     words = ["sword", "river", "key", "dragon", "bread", "storm", "ring", "map"]
     own = [{w: int(rng.integers(1, 3)) for w in rng.choice(words, 3, replace=False)} for _ in range(n)]
@@ -429,6 +442,20 @@ def test_sw6_half_precision_rows_score_within_3e_4_of_float32():
         assert np.abs(got - want).max() < 3e-4
     assert int(np.argmax(dot(half, query))) == 17
     assert dot(half[:0], query).shape == (0,)
+
+
+def test_sw6_a_large_scan_split_across_two_threads_scores_as_one():
+    """rule SW6: from SPLIT_ROWS rows the product runs in two halves on two threads; each row's
+    score is the one the whole scan gives, in the rows' order."""
+    from server_plugin.retrieval.ranking import vectors
+
+    rng = np.random.default_rng(11)
+    rows = rng.standard_normal((vectors.SPLIT_ROWS + 1001, 384)).astype(np.float16)
+    query = rng.standard_normal(384).astype(np.float32)
+    split = vectors.dot(rows, query)
+    assert split.shape == (len(rows),) and split.dtype == np.float32
+    assert np.allclose(split, np.concatenate([vectors._dot(rows[:5000], query), vectors._dot(rows[5000:], query)]),
+                       rtol=1e-5, atol=1e-5)
 
 
 def test_sw6_best_passage_per_item_in_runs_or_scattered():

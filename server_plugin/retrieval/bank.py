@@ -42,13 +42,23 @@ def query_vector(svc: Services, text: str, chat_id: str) -> np.ndarray | None:
     return search.query_vector(svc, text, chat_id)
 
 
-def memory_bank(svc: Services, query: np.ndarray | None,
+def query_vector_soon(svc: Services, text: str, chat_id: str) -> search.Vector | None:
+    """`query_vector`, embedded on another thread while the context call reads the rest of the
+    turn (search.query_vector_soon); `memory_bank` and `bank_search` wait for it where they use it."""
+    text = query_text(text)
+    if not text or not svc.embedder.ready:
+        return None
+    return search.query_vector_soon(svc, text, chat_id)
+
+
+def memory_bank(svc: Services, query: search.Vector | None,
                 unpinned: Sequence[dict[str, Any]], found: Sequence[Item] = ()) -> list[Item]:
     """QS8: the per-turn unpinned memories ranked by cosine similarity to the last action (ties
     and a missing query keep newest first), fused with search's results (`found`, best first) by
     reciprocal rank: an item both lists rank high comes first, and either list alone still counts."""
     items = [Item(m["id"], m["text"]) for m in unpinned]
     if query is not None and items:
+        query = search.vector_of(query)
         vectors = memory_vectors(svc, unpinned)
         scores = {m["id"]: float(np.dot(vectors[(m["id"], m["version"])], query))
                   for m in unpinned if (m["id"], m["version"]) in vectors}
@@ -67,7 +77,7 @@ def memory_bank(svc: Services, query: np.ndarray | None,
 
 
 def bank_search(svc: Services, *, speaker_id: str, chat_id: str, member_ids: Sequence[str],
-                text: str, vector: np.ndarray, live_ids: set[str], held_ids: set[str],
+                text: str, vector: search.Vector, live_ids: set[str], held_ids: set[str],
                 speaker_names: Callable[[str, list[str]], dict[str, str]],
                 chat_ids: Sequence[str] | None = None) -> list[Item]:
     """Search's candidates for the memory bank (QS8, SW6): the `memory_bank_search_results` best

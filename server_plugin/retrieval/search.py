@@ -13,7 +13,8 @@ The rows are ranked in memory: live_index.py keeps them current.
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Sequence, Union
 
 import numpy as np
 
@@ -79,7 +80,34 @@ def query_vector(svc: Services, query: str, chat_id: str | None = None) -> np.nd
     """The dense side of a query (SW6): the text as `dense_query_text` reads it with the chat's
     cast (stored vectors are embedded without character names), embedded as a query by the
     store's model. The context call computes it once and ranks its per-turn memories with it too."""
-    text = R.dense_query_text(query, query_cast(svc, chat_id), params_of(svc.settings))
+    return _embedded(svc, _dense_text(svc, query, chat_id))
+
+
+# The query embeddings started ahead (`query_vector_soon`): one small pool per process, as the
+# model is one per process; its threads only embed (no store access: a reader is per thread).
+_EMBEDDING = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chronicler-query")
+
+Vector = Union[np.ndarray, "Future[np.ndarray]"]
+
+
+def query_vector_soon(svc: Services, query: str, chat_id: str | None = None) -> "Future[np.ndarray]":
+    """`query_vector`, embedded on another thread: the caller goes on with what needs no vector
+    (the context's other parts, BM25 and the priors of `search`) and `vector_of` waits for it.
+    The embedding (12-20 ms a query, in torch, which lets other threads run) and that work
+    overlap on a second core instead of following each other."""
+    return _EMBEDDING.submit(_embedded, svc, _dense_text(svc, query, chat_id))
+
+
+def vector_of(vector: Vector) -> np.ndarray:
+    """The query's vector, waiting for it when it is still being embedded (its error, if any)."""
+    return vector.result() if isinstance(vector, Future) else vector
+
+
+def _dense_text(svc: Services, query: str, chat_id: str | None) -> str:
+    return R.dense_query_text(query, query_cast(svc, chat_id), params_of(svc.settings))
+
+
+def _embedded(svc: Services, text: str) -> np.ndarray:
     embedder = svc.embedder
     vector = embedder.embed_one(text, svc.embed_wait(), kind="query").view(QueryVector)
     vector.model_key = embedder.key
@@ -88,7 +116,7 @@ def query_vector(svc: Services, query: str, chat_id: str | None = None) -> np.nd
 
 def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: str | None = None,
            kinds: Sequence[str] | None = None, k: int = 10,
-           vector: np.ndarray | None = None,
+           vector: Vector | None = None,
            chat_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """The `k` best items for `query` that the viewer may know (SW6, SW9b), best first.
 
@@ -96,7 +124,8 @@ def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: 
     of no chat (lore, memories saved outside a chat); `kinds` None means every kind. Each result:
     `{id, kind, text, score, source_message_ids, chat_id, character_id, created_at}` — `id` is the
     message id for a message (which cites itself), the item's id otherwise. `vector`: the query's
-    `query_vector`, when the caller has it already. `chat_ids`: the chats whose items are kept
+    `query_vector` (or `query_vector_soon`), when the caller has it already; otherwise it is
+    embedded while BM25 and the priors are computed. `chat_ids`: the chats whose items are kept
     (a campaign's, CP1), instead of `chat_id` alone; `chat_id` still names whose cast reads the query.
     """
     state = live_index.state_of(svc)
@@ -104,19 +133,21 @@ def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: 
     params = reading_params(svc, query)
     if chat_id is None and chat_ids:
         chat_id = chat_ids[0]
-    cast = query_cast(svc, chat_id)
     if vector is None:
-        vector = query_vector(svc, query, chat_id)
-    prepared = R.prepare_query(query, cast, vector, params)
+        vector = query_vector_soon(svc, query, chat_id)
+    prepared = R.prepare_query(query, query_cast(svc, chat_id), None, params)
     k = max(0, min(int(k), svc.settings.search_max_k))
     scopes = visibility.readable_scopes(svc.db.reader(), viewer_id) if viewer_id is not None else ()
     with state.lock:
-        if getattr(vector, "model_key", "") not in ("", svc.embedder.key):
-            # the store moved to another model since (reembed.switch, under this lock): embed again
-            prepared = R.prepare_query(query, cast, query_vector(svc, query, chat_id), params)
         live = state.current()
         mask = live.candidates(viewer_id, scopes, chat_ids or ([chat_id] if chat_id else None), kinds)
-        scores = R.rank(live.corpus(), prepared, params, mask)
+        corpus = live.corpus()
+        text = R.text_side(corpus, prepared, params, mask)  # while the vector is being embedded
+        ready = vector_of(vector)
+        if getattr(ready, "model_key", "") not in ("", svc.embedder.key):
+            # the store moved to another model since (reembed.switch, under this lock): embed again
+            ready = query_vector(svc, query, chat_id)
+        scores = R.rank(corpus, R.with_vector(prepared, ready), params, mask, text)
         # Twice k: a branch's copies (CP2c) are collapsed into one result below.
         top = R.top_k(scores, 2 * k)
         picked = [(int(live.a["doc_id"][i]), float(scores[i])) for i in top]

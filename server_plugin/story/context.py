@@ -255,10 +255,12 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     """Assemble one turn's context for the speaker; the `POST /v1/context` response."""
     turn = Turn.from_request(data)
     rules = rules_from(svc.settings)
-    # The one slow step, first: an action's own text is the query (QS8); a Continue's is the
-    # model's last output, known once the live window is read.
+    # The one slow step, started first on its own thread (the rest of the turn is read meanwhile):
+    # an action's own text is the query (QS8); a Continue's is the model's last output, known
+    # once the live window is read.
     action = turn.last_action
-    query = bank.query_vector(svc, action.text, turn.chat_id) if turn.memory_bank and action.kind == "action" else None
+    query = (bank.query_vector_soon(svc, action.text, turn.chat_id)
+             if turn.memory_bank and action.kind == "action" else None)
     conn = svc.db.reader()
     chat = chats.fetch(conn, turn.chat_id)
     if chat is None:
@@ -270,7 +272,7 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     if not bank_on:
         query = None
     elif query is None and last is not None:
-        query = bank.query_vector(svc, last.text, turn.chat_id)
+        query = bank.query_vector_soon(svc, last.text, turn.chat_id)
 
     the_cast = cast(svc)
     present = present_characters(the_cast.members,
@@ -279,6 +281,12 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     saved = saved_memories(svc, chat, turn)
     summary = story_summary(svc, chat["id"], turn.speaker_id)
     campaign_chats = chats.same_campaign(conn, chat["id"])
+    # What needs no query vector is read before the bank's search waits for it.
+    cards = story_cards(svc, turn.speaker_id,
+                        [m.text for m in window] + ([last.text] if last is not None else []), campaign_chats)
+    sheets_in = character_sheets(svc, the_cast, present, turn.speaker_id, chat["campaign_id"])
+    notes_in = campaign_notes(svc, chat["id"])
+    stats = card_stats(conn, chat["id"], cards)
     found = (bank.bank_search(
         svc, speaker_id=turn.speaker_id, chat_id=chat["id"], member_ids=chat["member_ids"],
         chat_ids=campaign_chats,
@@ -286,18 +294,16 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
         live_ids={m.id for m in window}, held_ids={i.id for i in [*summary, *saved.pinned]},
         speaker_names=lambda of_chat, ids: messages.speaker_names(conn, of_chat, ids))
         if query is not None and characters.learning_enabled(conn, turn.speaker_id) else [])
-    cards = story_cards(svc, turn.speaker_id,
-                        [m.text for m in window] + ([last.text] if last is not None else []), campaign_chats)
     candidates = Candidates(
         last_action=turn.last_action, messages=window,
         instructions=turn.instructions, plot_essentials=turn.plot_essentials,
         authors_note=turn.authors_note, front_memory=turn.front_memory,
         story_summary=within_reach(summary, turn.context_tokens, svc.tokens),
         pinned_memories=saved.pinned,
-        character_sheets=character_sheets(svc, the_cast, present, turn.speaker_id, chat["campaign_id"]),
-        campaign_notes=campaign_notes(svc, chat["id"]),
+        character_sheets=sheets_in,
+        campaign_notes=notes_in,
         story_cards=cards,
-        card_stats=card_stats(conn, chat["id"], cards),
+        card_stats=stats,
         # With the bank off, the per-turn set still goes in, unranked, so the report shows it
         # left out for that reason (`memory_bank_off`).
         memory_bank=bank.memory_bank(svc, query, saved.unpinned, found),

@@ -157,15 +157,28 @@ class SpreadCache(dict):
 # Fusion
 
 
+def _stats(x: np.ndarray, mask: np.ndarray | None) -> tuple[float, float, int]:
+    """Mean, standard deviation and count of `x` over the candidates in `mask`."""
+    if mask is None:
+        return (float(x.mean()), float(x.std()), len(x)) if len(x) else (0.0, 0.0, 0)
+    count = int(np.count_nonzero(mask))
+    if not count:
+        return 0.0, 0.0, 0
+    # Two dot products with the mask instead of copying the candidates out (a channel of a
+    # 100,000-message campaign: ~0.1 ms instead of ~0.3 ms).
+    # In float64: the variance is a difference of two sums, which float32 would round away.
+    values, weights = x.astype(np.float64, copy=False), mask.astype(np.float64)
+    mean = float(np.dot(values, weights)) / count
+    variance = float(np.dot(values * values, weights)) / count - mean * mean
+    return mean, float(np.sqrt(max(variance, 0.0))), count
+
+
 def zscore(x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     """(x - mean) / std over the candidates in `mask`; zeros where the spread is nil."""
-    sel = x if mask is None else x[mask]
-    if sel.size == 0:
+    mean, sd, count = _stats(x, mask)
+    if not count or sd < 1e-12:
         return np.zeros(len(x), dtype=np.float64)
-    sd = float(sel.std())
-    if sd < 1e-12:
-        return np.zeros(len(x), dtype=np.float64)
-    return (x - float(sel.mean())) / sd
+    return (x - mean) / sd
 
 
 def fuse(
@@ -176,11 +189,17 @@ def fuse(
     """Weighted sum of each channel's z-scores over the candidates (weight-0 channels skipped)."""
     n = len(next(iter(channels.values()))) if channels else 0
     total = np.zeros(n, dtype=np.float64)
+    offset = 0.0
     for name, scores in channels.items():
         w = weights.get(name, 0.0)
-        if w:
-            total += w * zscore(scores, mask)
-    return total
+        if not w:
+            continue
+        mean, sd, count = _stats(scores, mask)
+        if count and sd >= 1e-12:
+            # w·(x − mean)/sd as one scaled add per channel and one constant for them all
+            total += scores * (w / sd)
+            offset -= w * mean / sd
+    return total + offset if offset else total
 
 
 def group_max(scores: np.ndarray, gids: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
@@ -191,7 +210,13 @@ def group_max(scores: np.ndarray, gids: np.ndarray, mask: np.ndarray | None = No
     if not pool.any():
         return out
     best = np.full(int(gids.max()) + 1, -np.inf)
-    np.maximum.at(best, gids[pool], scores[pool])
+    members, values = gids[pool], scores[pool]
+    if len(members) > 1 and np.all(members[1:] >= members[:-1]):
+        # Sessions appended one after another: one max per run (ufunc.at is several times slower).
+        starts = np.concatenate(([0], np.flatnonzero(members[1:] != members[:-1]) + 1))
+        best[members[starts]] = np.maximum.reduceat(values, starts)
+    else:
+        np.maximum.at(best, members, values)
     grouped = np.where(inside)[0]
     vals = best[gids[grouped]]
     out[grouped] = np.where(np.isfinite(vals), vals, scores[grouped])
@@ -338,37 +363,44 @@ def dense_trusted(params: RankingParams, share: float) -> RankingParams:
 
 
 def prepare_query(
-    text: str, cast: Cast, vector: np.ndarray, params: RankingParams
+    text: str, cast: Cast, vector: np.ndarray | None, params: RankingParams
 ) -> Query:
-    """Everything `rank` needs from a query, given the embedding of `dense_query_text(text)`."""
+    """Everything `rank` needs from a query, given the embedding of `dense_query_text(text)`
+    (None while it is still being embedded: `text_side` needs none; `with_vector` adds it)."""
     return Query(
         text=text,
         terms=analyze(text, bigrams=params.bigrams),
-        vector=np.asarray(vector, dtype=np.float32),
+        vector=np.zeros(0, dtype=np.float32) if vector is None else np.asarray(vector, dtype=np.float32),
         named=tuple(cast.mentioned(text)),
         temporal=is_temporal_query(text),
         dates=tuple(query_dates(text)),
     )
 
 
-def channel_scores(
+def text_channels(
     corpus: Corpus, query: Query, params: RankingParams, mask: np.ndarray | None = None
 ) -> dict[str, np.ndarray]:
-    """Raw scores of every item per channel (channels with weight 0 are not computed)."""
+    """The channels computed from the query's words alone (BM25; weight 0 skips it)."""
+    if not params.w_bm25:
+        return {}
+    return {"bm25": bm25(
+        corpus.terms, query.terms, k1=params.k1, b=params.b,
+        bigram_weight=params.bigram_weight, mask=mask,
+        neighbours=corpus.neighbours, neighbour_weights=params.neighbour_weights,
+    )}
+
+
+def dense_channels(corpus: Corpus, vector: np.ndarray, params: RankingParams) -> dict[str, np.ndarray]:
+    """The channels computed from the query's vector: the item's own cosine, its windows' and
+    its best passage's (weight-0 windows and passages skipped)."""
     out: dict[str, np.ndarray] = {}
-    if params.w_bm25:
-        out["bm25"] = bm25(
-            corpus.terms, query.terms, k1=params.k1, b=params.b,
-            bigram_weight=params.bigram_weight, mask=mask,
-            neighbours=corpus.neighbours, neighbour_weights=params.neighbour_weights,
-        )
-    base = dot(corpus.vectors, query.vector)
+    base = dot(corpus.vectors, vector)
     out["dense"] = base
     if corpus.win_vectors is not None:
         if params.w_dense_win1:
-            out["dense_win1"] = corpus.win_vectors[0] @ query.vector
+            out["dense_win1"] = corpus.win_vectors[0] @ vector
         if params.w_dense_win2:
-            out["dense_win2"] = corpus.win_vectors[1] @ query.vector
+            out["dense_win2"] = corpus.win_vectors[1] @ vector
     else:
         nbr = corpus.neighbours
         if params.w_dense_win1 and corpus.win1_norm is not None and nbr is not None:
@@ -376,9 +408,52 @@ def channel_scores(
         if params.w_dense_win2 and corpus.win2_norm is not None and nbr is not None:
             out["dense_win2"] = window_scores(base, nbr, 2, corpus.win2_norm, params.window_weights)
     if params.w_dense_sent and corpus.sent_vectors is not None and len(corpus.sent_vectors):
-        sims = dot(corpus.sent_vectors, query.vector)
+        sims = dot(corpus.sent_vectors, vector)
         out["dense_sent"] = np.maximum(base, segment_max(sims, corpus.sent_owner, len(corpus), base))
     return out
+
+
+def with_vector(query: Query, vector: np.ndarray) -> Query:
+    """`query` with its embedding (prepared before the embedding was ready)."""
+    return replace(query, vector=np.asarray(vector, dtype=np.float32))
+
+
+def channel_scores(
+    corpus: Corpus, query: Query, params: RankingParams, mask: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """Raw scores of every item per channel (channels with weight 0 are not computed)."""
+    return {**text_channels(corpus, query, params, mask), **dense_channels(corpus, query.vector, params)}
+
+
+@dataclass(frozen=True)
+class TextSide:
+    """What `rank` needs that the query's vector does not change: its word channels and the sum
+    of its priors (speaker, temporal, date, length). Computed while the vector is still being
+    embedded (search.search), then finished by `rank`."""
+
+    channels: Mapping[str, np.ndarray]
+    priors: np.ndarray | None
+
+
+def text_side(
+    corpus: Corpus, query: Query, params: RankingParams, mask: np.ndarray | None = None
+) -> TextSide:
+    """The part of `rank` that needs no vector (see TextSide)."""
+    priors: np.ndarray | None = None
+
+    def add(values: np.ndarray) -> None:
+        nonlocal priors
+        priors = values if priors is None else priors + values
+
+    if params.w_speaker and query.named:
+        add(params.w_speaker * corpus.speaker_mask(query.named) / len(query.named))
+    if params.w_temporal and query.temporal and corpus.temporal is not None:
+        add(params.w_temporal * np.minimum(corpus.temporal, 2) / 2)
+    if params.w_date and query.dates and corpus.days is not None:
+        add(params.w_date * date_prior(corpus.days, query.dates, params.date_after_days, params.date_tau_days))
+    if params.w_length and corpus.content_len is not None:
+        add(params.w_length * zscore(np.log1p(corpus.content_len), mask))
+    return TextSide(text_channels(corpus, query, params, mask), priors)
 
 
 def rank(
@@ -386,27 +461,23 @@ def rank(
     query: Query,
     params: RankingParams,
     mask: np.ndarray | None = None,
+    text: TextSide | None = None,
 ) -> np.ndarray:
     """Fused score of every item (higher is better); items outside `mask` get -inf.
 
     `mask` is the candidate set (visibility and kinds, decided by the caller). Statistics —
     BM25's collection statistics, z-scores, session maxima — are taken over candidates only, so
-    an item the viewer may not see neither appears nor moves another item's score.
+    an item the viewer may not see neither appears nor moves another item's score. `text`: this
+    query's `text_side` over the same corpus and mask, when the caller has it already.
     """
     if len(corpus) == 0:
         return np.zeros(0, dtype=np.float64)
-    channels = channel_scores(corpus, query, params, mask)
+    if text is None:
+        text = text_side(corpus, query, params, mask)
+    channels = {**text.channels, **dense_channels(corpus, query.vector, params)}
     score = fuse(channels, params.channel_weights(), mask)
-    if params.w_speaker and query.named:
-        score += params.w_speaker * corpus.speaker_mask(query.named) / len(query.named)
-    if params.w_temporal and query.temporal and corpus.temporal is not None:
-        score += params.w_temporal * np.minimum(corpus.temporal, 2) / 2
-    if params.w_date and query.dates and corpus.days is not None:
-        score += params.w_date * date_prior(
-            corpus.days, query.dates, params.date_after_days, params.date_tau_days
-        )
-    if params.w_length and corpus.content_len is not None:
-        score += params.w_length * zscore(np.log1p(corpus.content_len), mask)
+    if text.priors is not None:
+        score += text.priors
     if params.w_session:
         score += params.w_session * zscore(group_max(score, corpus.gids, mask), mask)
     if mask is not None:
@@ -416,9 +487,10 @@ def rank(
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the `k` best finite scores, best first (ties keep item order)."""
-    finite = np.flatnonzero(np.isfinite(scores))
-    if len(finite) == 0 or k <= 0:
-        return finite[:0]
-    if len(finite) > k:
-        finite = finite[np.argpartition(-scores[finite], k - 1)[:k]]
-    return finite[np.lexsort((finite, -scores[finite]))]
+    if k <= 0 or len(scores) == 0:
+        return np.zeros(0, dtype=np.int64)
+    # The k best first, then the non-finite among them dropped (-inf sorts last): one pass over
+    # the scores instead of first copying out every finite one.
+    best = np.argpartition(-scores, k - 1)[:k] if len(scores) > k else np.arange(len(scores))
+    best = best[np.isfinite(scores[best])]
+    return best[np.lexsort((best, -scores[best]))]
