@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -64,3 +65,29 @@ def test_background_marks_only_its_own_thread():
         assert priority.is_background() is True
     assert priority.is_background() is False
     assert seen == [False]
+
+
+def test_one_query_goes_through_the_traced_transformer_with_the_batch_vectors(embedder):
+    """The packaged MiniLM's transformer is traced once at load (a query's forward pass without
+    Python's per-module dispatch); a query embedded alone that way is the vector the batch path
+    gives, for short, usual and truncated texts."""
+    deadline = time.monotonic() + WAIT
+    while embedder._traced is None and time.monotonic() < deadline:  # traced just after ready
+        time.sleep(0.05)
+    assert embedder._direct and embedder._traced is not None
+    texts = ["ok", "Where did Ayla hide the lantern before the storm?", "lantern " * 400]
+    embedder._cache.clear()
+    alone = np.stack([embedder.embed_one(t, WAIT, kind="query") for t in texts])
+    batch = embedder._model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    assert np.allclose(alone, batch, rtol=0, atol=1e-5)
+
+
+def test_a_model_the_tracer_cannot_follow_keeps_the_eager_pass():
+    """_traced gives None (the eager forward pass stays) for a model it cannot trace."""
+    from server_plugin.retrieval.embeddings import _traced
+
+    class NotATransformer(list):
+        def preprocess(self, texts):
+            return {"text": texts}
+
+    assert _traced(NotATransformer()) is None

@@ -81,3 +81,39 @@ def test_a_bad_prefetch_is_refused(api):
     expect_error(api.post("/v1/context/prefetch", json={"text": ACTION}), 400, "invalid_request")
     out = expect_ok(api.post("/v1/context/prefetch", json={"chat_id": "solo", "text": "  "}), 202)
     assert out == {"started": False}
+
+
+def test_the_query_is_embedded_beside_the_rest_of_the_search_and_ranks_the_same(api, services):
+    """rule OP10: search starts its query's embedding on another thread and ranks BM25 and the
+    priors meanwhile (a Future), or takes a prefetched vector at once (an array); either way the
+    results are those of a vector computed before the call."""
+    from concurrent.futures import Future
+
+    from server_plugin.retrieval import search
+
+    chat_id = setup_chat(api)
+    query = "Was the ledger of Kelmar found after the flood? (beside)"
+    ready = search.query_vector(services, query, chat_id)
+    services.embedder._cache.clear()
+    pending = search.query_vector_soon(services, query, chat_id)
+    assert isinstance(pending, Future)
+    assert search.search(services, query, chat_id=chat_id, vector=pending) == \
+        search.search(services, query, chat_id=chat_id, vector=ready)
+    again = search.query_vector_soon(services, query, chat_id)  # in the cache now: no thread
+    assert not isinstance(again, Future) and (again == ready).all()
+
+
+def test_an_embedding_that_fails_on_its_thread_fails_the_call_as_before(api, services, monkeypatch):
+    """The embedding's error, raised on the helper thread, is the context call's: a 503 naming
+    the model, nothing half-built."""
+    from server_plugin.retrieval.embeddings import EmbedderNotReady
+
+    chat_id = setup_chat(api)
+
+    def broken(*args, **kwargs):
+        raise EmbedderNotReady("the embedding model minilm failed: the endpoint is down")
+
+    monkeypatch.setattr(services.embedder, "embed_one", broken)
+    body = expect_error(api.post("/v1/context", json=context_body(chat_id, ACTION + " (broken)")), 503,
+                        "embedder_not_ready")
+    assert "endpoint is down" in body["error"]["message"]

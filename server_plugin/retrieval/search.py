@@ -90,12 +90,16 @@ _EMBEDDING = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chronicler-qu
 Vector = Union[np.ndarray, "Future[np.ndarray]"]
 
 
-def query_vector_soon(svc: Services, query: str, chat_id: str | None = None) -> "Future[np.ndarray]":
+def query_vector_soon(svc: Services, query: str, chat_id: str | None = None) -> Vector:
     """`query_vector`, embedded on another thread: the caller goes on with what needs no vector
     (the context's other parts, BM25 and the priors of `search`) and `vector_of` waits for it.
     The embedding (12-20 ms a query, in torch, which lets other threads run) and that work
-    overlap on a second core instead of following each other."""
-    return _EMBEDDING.submit(_embedded, svc, _dense_text(svc, query, chat_id))
+    overlap on a second core instead of following each other. A query prefetched already
+    (prefetch.py) is taken from the embedder's cache here: no thread to hand over to."""
+    text = _dense_text(svc, query, chat_id)
+    if svc.embedder.has(text, "query"):
+        return _embedded(svc, text)
+    return _EMBEDDING.submit(_embedded, svc, text)
 
 
 def vector_of(vector: Vector) -> np.ndarray:
