@@ -117,3 +117,25 @@ def test_an_embedding_that_fails_on_its_thread_fails_the_call_as_before(api, ser
     body = expect_error(api.post("/v1/context", json=context_body(chat_id, ACTION + " (broken)")), 503,
                         "embedder_not_ready")
     assert "endpoint is down" in body["error"]["message"]
+
+
+def test_a_query_of_a_model_behind_the_network_is_not_awaited_under_the_index_lock(api, services, monkeypatch):
+    """search waits for a query embedded out of process (or by a model still loading) before it
+    takes the index's lock: the lock is free while the vector is on its way."""
+    from server_plugin.retrieval import live_index, search
+
+    chat_id = setup_chat(api)
+    state = live_index.state_of(services)
+    state.ensure_loaded(30)
+    held: list[bool] = []
+    real = services.embedder.embed_one
+
+    def slow(*args, **kwargs):
+        time.sleep(0.05)
+        held.append(state.lock._lock.locked())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(services.embedder, "embed_one", slow)
+    monkeypatch.setattr(services.embedder, "in_process", False)
+    assert search.search(services, "Was the ledger found? (over the network)", chat_id=chat_id)
+    assert held == [False]

@@ -99,6 +99,8 @@ def embeddings_url(base: str) -> str:
 class OpenAICompatible(Embedder):
     """Any OpenAI-compatible embeddings endpoint; its vectors are normalised here (Ollama's are not)."""
 
+    in_process = False  # a network call: search never waits for it holding the index's lock
+
     def __init__(self, url: str, model: str, *, api_key: str, timeout: float, retry_seconds: float,
                  background_chunk: int, step_aside_seconds: float) -> None:
         super().__init__("", threads=1, background_chunk=background_chunk, step_aside_seconds=step_aside_seconds)

@@ -134,6 +134,9 @@ class Embedder:
     chunk); `key` names the model that made a vector (docs.py keeps it with a store's vectors)."""
 
     distinguishes_kinds = False  # MiniLM embeds a query as it embeds a passage
+    # A query is embedded here in tens of ms: search may wait for it holding the index's lock
+    # (search.search). A model behind the network is waited for before that lock is taken.
+    in_process = True
     retry_seconds: float | None = None  # a local model that failed to load fails for good
 
     def __init__(self, model_path: str, *, threads: int, background_chunk: int, step_aside_seconds: float,

@@ -93,8 +93,8 @@ Vector = Union[np.ndarray, "Future[np.ndarray]"]
 def query_vector_soon(svc: Services, query: str, chat_id: str | None = None) -> Vector:
     """`query_vector`, embedded on another thread: the caller goes on with what needs no vector
     (the context's other parts, BM25 and the priors of `search`) and `vector_of` waits for it.
-    The embedding (12-20 ms a query, in torch, which lets other threads run) and that work
-    overlap on a second core instead of following each other. A query prefetched already
+    The embedding (10-20 ms a query) and that work overlap on the second core where they leave
+    the interpreter (numpy's and SQLite's work; the model's own Python takes turns with it). A query prefetched already
     (prefetch.py) is taken from the embedder's cache here: no thread to hand over to."""
     text = _dense_text(svc, query, chat_id)
     if svc.embedder.has(text, "query"):
@@ -139,6 +139,10 @@ def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: 
         chat_id = chat_ids[0]
     if vector is None:
         vector = query_vector_soon(svc, query, chat_id)
+    if not (svc.embedder.ready and svc.embedder.in_process):
+        # A model still loading or behind the network may take seconds: never under the lock,
+        # which every other search and the index's upkeep need.
+        vector = vector_of(vector)
     prepared = R.prepare_query(query, query_cast(svc, chat_id), None, params)
     k = max(0, min(int(k), svc.settings.search_max_k))
     scopes = visibility.readable_scopes(svc.db.reader(), viewer_id) if viewer_id is not None else ()
