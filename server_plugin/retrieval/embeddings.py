@@ -109,10 +109,17 @@ def _traced(model: Any) -> tuple[Any, tuple[str, ...]] | None:
     try:
         features = model.preprocess([_PROBES[1]])
         names = tuple(k for k, v in features.items() if isinstance(v, torch.Tensor))
-        with warnings.catch_warnings(), torch.inference_mode():
-            warnings.simplefilter("ignore")  # the tracer's notes on the Python values it fixed
-            graph = torch.jit.trace(Hidden(model[0].auto_model, names).eval(),
-                                    tuple(features[n] for n in names), check_trace=False)
+        # The tracer's notes on the Python values it fixed (one text, no padding: the probes
+        # below check them) are off at their source; warnings' filters are process-wide and not
+        # thread-safe, and this runs on the load thread.
+        torch._C._jit_set_tracer_state_warn(False)
+        try:
+            with warnings.catch_warnings(), torch.inference_mode():
+                warnings.simplefilter("ignore")  # torch.jit's and transformers' deprecation notes
+                graph = torch.jit.trace(Hidden(model[0].auto_model, names).eval(),
+                                        tuple(features[n] for n in names), check_trace=False)
+        finally:
+            torch._C._jit_set_tracer_state_warn(True)
         found = (graph, names)
         same = all(np.allclose(forward_one(model, found, t), forward_one(model, None, t), rtol=0, atol=1e-6)
                    for t in _PROBES)
