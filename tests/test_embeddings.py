@@ -91,3 +91,17 @@ def test_a_model_the_tracer_cannot_follow_keeps_the_eager_pass():
             return {"text": texts}
 
     assert _traced(NotATransformer()) is None
+
+
+def test_a_process_that_exits_while_the_model_is_traced_ends_cleanly():
+    """The trace runs on the loading thread just after the model is ready; a process that exits
+    then (a short CLI command, the sidecar told to stop) waits for it instead of aborting."""
+    import subprocess
+    import sys
+
+    script = ("from server_plugin.retrieval.embeddings import Embedder\n"
+              "e = Embedder('', threads=1, background_chunk=8, step_aside_seconds=0).start_loading()\n"
+              "e.wait(120)\n"
+              "print('tracing' if e._tracing else 'traced already')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])

@@ -8,6 +8,7 @@ an item without its vector. Weights never come from the network: HF_HUB_OFFLINE 
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import time
@@ -31,6 +32,9 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 PACKAGED_MODEL_NAME = "all-MiniLM-L6-v2"
+# The longest a process's exit waits for a trace of the model in progress (it takes ~0.4 s); the
+# sidecar's parent-watch ends the process after 10 s anyway (cli.exit_with_parent).
+SETTLE_SECONDS = 8.0
 KINDS = ("query", "passage")  # e5 models embed a question and a stored text differently
 
 
@@ -164,6 +168,8 @@ class Embedder:
         self._direct = False  # one text through the forward pass (see _open)
         self._traced: tuple[Any, tuple[str, ...]] | None = None  # (graph, its inputs' names): _traced
         self._ready = threading.Event()
+        self._load_thread: threading.Thread | None = None
+        self._tracing = False
         self._started = False
         self._start_lock = priority.Lock()
         # One encode at a time (2 cores, no gain from more), requests before background chunks.
@@ -193,8 +199,18 @@ class Embedder:
                 self._ready.clear()
             if not self._started:
                 self._started = True
-                threading.Thread(target=self._load, name="embedder-load", daemon=True).start()
+                self._load_thread = threading.Thread(target=self._load, name="embedder-load", daemon=True)
+                self._load_thread.start()
+                atexit.register(self.settle)
         return self
+
+    def settle(self, timeout: float = SETTLE_SECONDS) -> None:
+        """At exit (atexit): wait, at most `timeout` s, for a trace of the model in progress on the
+        loading thread. A process that exits while torch traces there aborts (SIGABRT); one that
+        exits while the model loads does not, and a short CLI command never waits for that."""
+        thread = self._load_thread
+        if self._tracing and thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
 
     def _load(self) -> None:
         started = time.perf_counter()
@@ -208,7 +224,11 @@ class Embedder:
             self._ready.set()
         if self.error is None and self._direct:
             # After ready (0.4 s): a query meanwhile takes the eager pass, start-up waits for neither.
-            self._traced = _traced(self._model)
+            self._tracing = True
+            try:
+                self._traced = _traced(self._model)
+            finally:
+                self._tracing = False
 
     def _open(self) -> int:
         """Load the model; return the dimension of its vectors."""
