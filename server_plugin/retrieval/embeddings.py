@@ -198,10 +198,11 @@ class Embedder:
                 self._started, self.error = False, None
                 self._ready.clear()
             if not self._started:
+                if self._load_thread is None:  # once per embedder (a remote one may start again)
+                    atexit.register(self.settle)
                 self._started = True
                 self._load_thread = threading.Thread(target=self._load, name="embedder-load", daemon=True)
                 self._load_thread.start()
-                atexit.register(self.settle)
         return self
 
     def settle(self, timeout: float = SETTLE_SECONDS) -> None:
@@ -221,10 +222,11 @@ class Embedder:
             self._failed_at = time.monotonic()
         finally:
             self.load_seconds = time.perf_counter() - started
+            # Marked before ready, so an exit right after ready waits for the trace (settle).
+            self._tracing = self.error is None and self._direct
             self._ready.set()
-        if self.error is None and self._direct:
+        if self._tracing:
             # After ready (0.4 s): a query meanwhile takes the eager pass, start-up waits for neither.
-            self._tracing = True
             try:
                 self._traced = _traced(self._model)
             finally:
