@@ -31,20 +31,12 @@ def query_text(text: str) -> str:
     return text
 
 
-def query_vector(svc: Services, text: str, chat_id: str) -> np.ndarray | None:
-    """The memory bank's one query embedding, search's own (names read with the chat's cast), so
-    the per-turn memories and search rank against the same vector (None: nothing to rank by, or
-    the model is still loading — then the bank keeps newest first and searches nothing rather
-    than hold up the turn)."""
-    text = query_text(text)
-    if not text or not svc.embedder.ready:
-        return None
-    return search.query_vector(svc, text, chat_id)
-
-
 def query_vector_soon(svc: Services, text: str, chat_id: str) -> search.Vector | None:
-    """`query_vector`, embedded on another thread while the context call reads the rest of the
-    turn (search.query_vector_soon); `memory_bank` and `bank_search` wait for it where they use it."""
+    """The memory bank's one query embedding, search's own (names read with the chat's cast), so
+    the per-turn memories and search rank against the same vector; started on another thread
+    while the context call reads the rest of the turn (search.query_vector_soon), and waited for
+    where it is used (`search.vector_of`). None: nothing to rank by, or the model is still
+    loading — then the bank keeps newest first and searches nothing rather than hold up the turn."""
     text = query_text(text)
     if not text or not svc.embedder.ready:
         return None

@@ -45,9 +45,11 @@ def load(live: LiveIndex, batches: Iterable[Sequence[Any]], has_vector: set[int]
     wanted: list[tuple[int, int]] = []  # (passage rowid, row) in the order append would keep them
     ids: list[int] = []
     for batch in batches:
-        kept = [r for r in batch if has_vector is None or int(r["id"]) in has_vector]
+        kept = []
         for r in batch:
-            if has_vector is not None and int(r["id"]) not in has_vector:
+            if has_vector is None or int(r["id"]) in has_vector:
+                kept.append(r)
+            else:  # cannot happen (same transaction); never rank a row without one
                 log.error("search: doc %s has no vector; skipped", r["id"])
         _fields(live, kept, day, terms)
         for i, r in zip(range(live.n - len(kept), live.n), kept):

@@ -2,7 +2,7 @@
 
 The extension sends the player's action as soon as it knows it (the player paused typing, or sent
 it) and does not wait for the answer. One thread per sidecar embeds the newest text it was given
-the way the context call will (`bank.query_vector`: the same text, the same cast), so the vector is
+the way the context call will (`bank.query_vector_soon`: the same text, the same cast), so the vector is
 in the embedder's cache when `POST /v1/context` asks; a context call that comes while it is being
 embedded waits for that one embedding instead of making a second (embeddings.Embedder). Nothing
 depends on it: a text never prefetched, or one pushed out by a newer, is embedded by the context
@@ -16,7 +16,7 @@ import threading
 
 from .. import priority
 from ..services import Services
-from . import bank
+from . import bank, search
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,9 @@ class Prefetcher:
                     return
             try:
                 with priority.serving():
-                    bank.query_vector(self.svc, job[1], job[0])
+                    pending = bank.query_vector_soon(self.svc, job[1], job[0])
+                    if pending is not None:
+                        search.vector_of(pending)  # embedded (and cached) while counted as serving
             except Exception:  # the context call embeds it itself; a prefetch may only save time
                 log.warning("query prefetch failed", exc_info=True)
 

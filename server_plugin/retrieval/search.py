@@ -80,7 +80,7 @@ def query_vector(svc: Services, query: str, chat_id: str | None = None) -> np.nd
     """The dense side of a query (SW6): the text as `dense_query_text` reads it with the chat's
     cast (stored vectors are embedded without character names), embedded as a query by the
     store's model. The context call computes it once and ranks its per-turn memories with it too."""
-    return _embedded(svc, _dense_text(svc, query, chat_id))
+    return _embedded(svc, _dense_text(svc, query, query_cast(svc, chat_id)))
 
 
 # The query embeddings started ahead (`query_vector_soon`): one small pool per process, as the
@@ -96,10 +96,7 @@ def query_vector_soon(svc: Services, query: str, chat_id: str | None = None) -> 
     The embedding (10-20 ms a query) and that work overlap on the second core where they leave
     the interpreter (numpy's and SQLite's work; the model's own Python takes turns with it). A query prefetched already
     (prefetch.py) is taken from the embedder's cache here: no thread to hand over to."""
-    text = _dense_text(svc, query, chat_id)
-    if svc.embedder.has(text, "query"):
-        return _embedded(svc, text)
-    return _EMBEDDING.submit(_embedded, svc, text)
+    return _soon(svc, _dense_text(svc, query, query_cast(svc, chat_id)))
 
 
 def vector_of(vector: Vector) -> np.ndarray:
@@ -107,8 +104,14 @@ def vector_of(vector: Vector) -> np.ndarray:
     return vector.result() if isinstance(vector, Future) else vector
 
 
-def _dense_text(svc: Services, query: str, chat_id: str | None) -> str:
-    return R.dense_query_text(query, query_cast(svc, chat_id), params_of(svc.settings))
+def _soon(svc: Services, text: str) -> Vector:
+    if svc.embedder.has(text, "query"):
+        return _embedded(svc, text)
+    return _EMBEDDING.submit(_embedded, svc, text)
+
+
+def _dense_text(svc: Services, query: str, cast: R.Cast) -> str:
+    return R.dense_query_text(query, cast, params_of(svc.settings))
 
 
 def _embedded(svc: Services, text: str) -> np.ndarray:
@@ -137,13 +140,14 @@ def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: 
     params = reading_params(svc, query)
     if chat_id is None and chat_ids:
         chat_id = chat_ids[0]
+    cast = query_cast(svc, chat_id)
     if vector is None:
-        vector = query_vector_soon(svc, query, chat_id)
+        vector = _soon(svc, _dense_text(svc, query, cast))
     if not (svc.embedder.ready and svc.embedder.in_process):
         # A model still loading or behind the network may take seconds: never under the lock,
         # which every other search and the index's upkeep need.
         vector = vector_of(vector)
-    prepared = R.prepare_query(query, query_cast(svc, chat_id), None, params)
+    prepared = R.prepare_query(query, cast, None, params)
     k = max(0, min(int(k), svc.settings.search_max_k))
     scopes = visibility.readable_scopes(svc.db.reader(), viewer_id) if viewer_id is not None else ()
     with state.lock:
