@@ -24,6 +24,8 @@ EDITABLE = (
     # background jobs and the model they call
     "llm_mode", "llm_url", "llm_model", "llm_key", "llm_json_mode", "llm_temperature",
     "llm_connect_timeout", "llm_read_timeout", "llm_retries",
+    # how much of the transcript one model call reads (MJ1: parts, sized to the model's context)
+    "llm_context_tokens", "part_tokens", "part_reserve_tokens", "part_wait_seconds",
     # who embeds texts for search (a change re-embeds the store in the background)
     "embedder", "embedder_url", "embedder_model", "embedder_key", "embedder_timeout",
     # budgets of the per-turn context

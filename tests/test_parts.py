@@ -299,3 +299,16 @@ def test_mj1_client_mode_is_given_the_part_prompt_and_its_answer_is_split(api, s
     sessions = expect_ok(api.get("/v1/chats/c1/sessions"), 200)["sessions"]
     assert [s["state"] for s in sessions] == ["summarized", "summarized"]
     assert expect_ok(api.post("/v1/jobs/claim", json={}), 200, "job_claim.response")["job"] is None
+
+
+def test_mj1_dc6_the_models_context_and_the_part_size_change_at_run_time(api, services):
+    """A person with a smaller local model sets its context from the drawer: the next part is
+    sized to it at once, and a value under the minimum is refused with nothing changed."""
+    assert parts.size(services) == 8000  # the defaults: a 32k model
+    body = expect_ok(api.patch("/v1/settings", json={"llm_context_tokens": 8192, "part_wait_seconds": 30}),
+                     200, "settings.response")
+    assert body["settings"]["llm_context_tokens"] == 8192 and body["settings"]["part_wait_seconds"] == 30
+    assert parts.size(services) == 4096
+    refused = api.patch("/v1/settings", json={"llm_context_tokens": 512, "part_tokens": 2000})
+    assert refused.status_code == 400 and refused.get_json()["error"]["details"][0]["field"] == "llm_context_tokens"
+    assert (services.settings.llm_context_tokens, services.settings.part_tokens) == (8192, 8000)

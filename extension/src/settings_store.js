@@ -1,7 +1,7 @@
-// The store's own settings in the drawer (DC6): the model endpoint, the context budgets, the live
-// window, the session gap and the embedder of this SillyTavern user's store, read with
-// GET /v1/settings and changed with PATCH /v1/settings. Pure: no DOM, no HTTP (the form is drawn
-// by settings_store_panel.js).
+// The store's own settings in the drawer (DC6): the model endpoint, how much of the story one model
+// call reads, the context budgets, the live window, the session gap and the embedder of this
+// SillyTavern user's store, read with GET /v1/settings and changed with PATCH /v1/settings. Pure:
+// no DOM, no HTTP (the form is drawn by settings_store_panel.js).
 //
 // The names, types and bounds are the sidecar's (server_plugin/settings.py, store_settings.EDITABLE,
 // shared_schema/settings_patch.request.json); tests/extension/settings_store.test.js checks that
@@ -16,6 +16,7 @@
 /** The groups, in the order the form shows them. */
 export const STORE_GROUPS = Object.freeze([
     ['model', "The sidecar's model endpoint (background jobs)"],
+    ['parts', 'How much of the story one model call reads'],
     ['budget', 'Context budgets'],
     ['window', 'Live window'],
     ['session', 'Sessions'],
@@ -29,6 +30,10 @@ export const STORE_FIELDS = Object.freeze([
     { name: 'llm_key', group: 'model', kind: 'secret', label: 'API key', hint: 'Write-only: the sidecar never shows it again.' },
     { name: 'llm_json_mode', group: 'model', kind: 'choice', choices: ['off', 'json_object', 'json_schema'], label: "Hold the model's answers to JSON", hint: 'json_schema: the server holds each answer to its task\'s shape (llama.cpp, KoboldCpp, Ollama, OpenAI); off works everywhere.' },
     { name: 'llm_read_timeout', group: 'model', kind: 'number', min: 0.1, label: "Wait for the model's answer (seconds)" },
+    { name: 'llm_context_tokens', group: 'parts', kind: 'integer', min: 1024, label: "The model's context size (tokens)", hint: "Set it to your model's (for SillyTavern's connection too): every call is sized to fit it." },
+    { name: 'part_tokens', group: 'parts', kind: 'integer', min: 0, label: 'Story read by one call (tokens)', hint: 'Every task that needs those messages gets them from that one call; 0: a call per chunk and per session end.' },
+    { name: 'part_reserve_tokens', group: 'parts', kind: 'integer', min: 0, label: 'Room left for instructions and the answer (tokens)', hint: 'At most half the context is kept.' },
+    { name: 'part_wait_seconds', group: 'parts', kind: 'number', min: 0, label: 'Read a smaller part after waiting (seconds)' },
     { name: 'context_required_percent', group: 'budget', kind: 'integer', min: 1, max: 100, label: 'Required items, at most (% of the context)' },
     { name: 'context_cards_percent', group: 'budget', kind: 'integer', min: 0, max: 100, label: 'Story cards (% of the dynamic part)' },
     { name: 'context_history_percent', group: 'budget', kind: 'integer', min: 0, max: 100, label: 'History (% of the dynamic part)', hint: 'Story cards and history together: at most 100.' },

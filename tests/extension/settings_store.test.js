@@ -70,7 +70,8 @@ test('dc6: the form offers only settings PATCH /v1/settings accepts, with their 
     // What the brief of the form names is there; llm_mode has its own switch, so it is not.
     for (const name of ['llm_url', 'llm_model', 'llm_key', 'llm_read_timeout', 'context_required_percent',
         'context_cards_percent', 'context_history_percent', 'live_window_max_tokens', 'live_window_percent',
-        'live_window_max_messages', 'session_gap_hours', 'embedder']) {
+        'live_window_max_messages', 'session_gap_hours', 'embedder', 'llm_context_tokens', 'part_tokens',
+        'part_reserve_tokens', 'part_wait_seconds']) {
         assert.ok(storeField(name), name);
     }
     assert.equal(storeField('llm_mode'), undefined);
