@@ -46,3 +46,17 @@ def test_sw6_chunks_of_an_unknown_layout_or_disagreeing_are_not_used(api, servic
         assert vec_chunks.read_all(conn, "docs_vec", 384) is not None
         # Chunks read as another layout (here: vectors of another size) disagree with vec0's sample.
         assert vec_chunks.read_all(conn, "docs_vec", 192) is None
+
+
+def test_sw6_chunks_that_fail_while_streamed_are_read_through_vec0(api, services):
+    for w in ("north", "salt", "river"):
+        remember(api, f"The caravan reached the {w} gate at dusk.")
+    with services.db.read() as conn:
+        ids = list(vec_chunks.read_all(conn, "docs_vec", 384))
+        where = np.array(conn.execute("SELECT rowid, chunk_id, chunk_offset FROM docs_vec_rowids").fetchall(),
+                         dtype=np.int64)
+        where[:, 1] += 999  # chunks that are not there
+        dest = np.zeros((len(ids), 384), dtype=np.float16)
+        vec_chunks.ChunkVectors(conn, "docs_vec", 384, where).copy_into(ids, dest)
+        slow = through_vec0(conn, "docs_vec")
+    assert len(ids) == 3 and all(np.array_equal(dest[k], slow[i].astype(np.float16)) for k, i in enumerate(ids))

@@ -29,7 +29,7 @@ import json
 import weakref
 from dataclasses import dataclass
 from datetime import date
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -414,12 +414,12 @@ def prune_gone(conn: Connection, rev: int) -> None:
     conn.execute("UPDATE search_meta SET value = max(value, ?) WHERE key='docs_gone_floor'", (rev,))
 
 
-def item_vectors(conn: Connection, doc_ids: Sequence[int] | None) -> dict[int, np.ndarray]:
+def item_vectors(conn: Connection, doc_ids: Sequence[int] | None) -> Mapping[int, np.ndarray]:
     """The vectors of these rows (None: of every row), by doc id."""
     return vec_chunks.read(conn, "docs_vec", doc_ids, model(conn)[1])
 
 
-def passage_vectors(conn: Connection, rowids: Sequence[int] | None) -> dict[int, np.ndarray]:
+def passage_vectors(conn: Connection, rowids: Sequence[int] | None) -> Mapping[int, np.ndarray]:
     """Passage vectors by passage rowid (doc id * MAX_PASSAGES + n; None: every one)."""
     return vec_chunks.read(conn, "docs_passages", rowids, model(conn)[1])
 

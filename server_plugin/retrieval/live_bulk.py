@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from ..store.db import loads
 from . import docs as index
+from . import vec_chunks
 from .columns import PostingsLoader
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ BATCH = 8192  # rows read and turned into columns at a time
 
 
 def load(live: LiveIndex, batches: Iterable[Sequence[Any]], has_vector: set[int] | None,
-         vectors: Callable[[], dict[int, np.ndarray]], passages: Callable[[], dict[int, np.ndarray]],
+         vectors: Callable[[], Mapping[int, np.ndarray]], passages: Callable[[], Mapping[int, np.ndarray]],
          day: Callable[[str | None], float]) -> None:
     """Fill an empty `live` with the rows of `batches` (by id, as docs.all_rows gives them) that
     have a vector (`has_vector`; None: all), then their vectors and passage vectors (read by the
@@ -87,19 +88,18 @@ def _fields(live: LiveIndex, kept: list[Any], day: Callable[[str | None], float]
     live.n = lo + n
 
 
-def _vectors(live: LiveIndex, ids: list[int], vecs: dict[int, np.ndarray]) -> None:
+def _vectors(live: LiveIndex, ids: list[int], vecs: Mapping[int, np.ndarray]) -> None:
     """Each row's vector, written straight into the index's matrix (no float32 copy of them all)."""
-    for i, doc_id in enumerate(ids):
-        live.vectors[i] = vecs[doc_id]
+    vec_chunks.copy_into(vecs, ids, live.vectors)
 
 
-def _passages(live: LiveIndex, wanted: list[tuple[int, int]], pvecs: dict[int, np.ndarray]) -> None:
+def _passages(live: LiveIndex, wanted: list[tuple[int, int]], pvecs: Mapping[int, np.ndarray]) -> None:
     """The passage vectors each row has, in order, and the row each belongs to."""
-    found = [(p, i) for p, i in wanted if p in pvecs]
+    pair = np.asarray(wanted, dtype=np.int64).reshape(-1, 2)
+    found = pair[vec_chunks.held(pvecs, pair[:, 0].tolist())]
     live._reserve(0, len(found))
-    for k, (p, i) in enumerate(found):
-        live.pvec[k] = pvecs[p]
-        live.powner[k] = i
+    vec_chunks.copy_into(pvecs, found[:, 0].tolist(), live.pvec)
+    live.powner[:len(found)] = found[:, 1]
     live.pn = len(found)
 
 
