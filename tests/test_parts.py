@@ -164,6 +164,7 @@ def test_mj1_sw8_every_section_of_a_part_is_stored_through_its_own_checks(api, s
     [summary] = expect_ok(api.get("/v1/chats/c1/summaries"), 200)["recent"]
     assert summary["text"].startswith("Kai told Ayla") and summary["quotes"] == []
     assert got["chunk_summary"][0]["dropped_quotes"] == 1
+    assert got["chunk_summary"][0]["dropped_quote_reasons"] == {"not_verbatim": 1}  # why, as for memories
     [fact] = got["durable_memories"][0]["memories"]
     row = services.db.reader().execute("SELECT text, known_by FROM memories WHERE id=?", (fact,)).fetchone()
     assert row["text"] == "Ayla's birthday is on the first of May." and "ayla.png" in row["known_by"]

@@ -28,6 +28,7 @@ spacing), so what is stored is verbatim by construction, whatever spelling the m
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
@@ -57,6 +58,11 @@ class DroppedQuote:
 
     quote: Quote
     reason: str
+
+
+def dropped_report(dropped: Sequence[DroppedQuote]) -> dict[str, object]:
+    """What a job's result says of the quotes it dropped: how many, and how many for each reason."""
+    return {"dropped_quotes": len(dropped), "dropped_quote_reasons": dict(Counter(d.reason for d in dropped))}
 
 
 @dataclass(frozen=True)

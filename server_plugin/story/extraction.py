@@ -5,11 +5,10 @@ store as it is when the answer is applied.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from ..core.quotes import DroppedQuote
+from ..core.quotes import DroppedQuote, dropped_report
 from ..jobs import queue
 from ..jobs.tasks.base import CharacterRef
 from ..services import Services
@@ -77,9 +76,7 @@ class Checked:
     dropped: list[str] = field(default_factory=list)
 
     def report(self) -> dict[str, Any]:
-        reasons = Counter(d.reason for d in self.dropped_quotes)
-        return {"dropped_quotes": len(self.dropped_quotes), "dropped_quote_reasons": dict(reasons),
-                "dropped": self.dropped}
+        return {**dropped_report(self.dropped_quotes), "dropped": self.dropped}
 
 
 def texts(conn: Connection, chat_id: str, ids: Iterable[str]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..clock import parse_iso
-from ..core.quotes import Quote
+from ..core.quotes import Quote, dropped_report
 from ..errors import NotFound
 from ..hooks import Hooks
 from ..jobs import batch, queue
@@ -250,7 +250,7 @@ def _apply(svc: Services, conn: Connection, job: queue.Job, result: SessionSumma
                                   session_n=n, turn_id=job.turn_id, job_id=job.id)
     if prepared is not None:
         _index(conn, job.chat_id, n, row, prepared, result)
-    return {"session": n, **written, "dropped_quotes": len(result.dropped_quotes)}
+    return {"session": n, **written, **dropped_report(result.dropped_quotes)}
 
 
 def _prepare(svc: Services, job: queue.Job, result: SessionSummary) -> Any:

@@ -24,7 +24,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from ..core import window
-from ..core.quotes import Quote
+from ..core.quotes import Quote, dropped_report
 from ..errors import Conflict, NotFound
 from .. import priority
 from ..hooks import Hooks
@@ -382,7 +382,7 @@ def _apply(svc: Services, conn: Connection, job: queue.Job, result: Summary,
     was_new = row["text"] is None
     queued = _maybe_merge(svc, conn, row["chat_id"], row["tier"], job.turn_id) if was_new \
         else _parent_changed(svc, conn, row)
-    return {**out, "dropped_quotes": len(result.dropped_quotes), "jobs_queued": queued}
+    return {**out, **dropped_report(result.dropped_quotes), "jobs_queued": queued}
 
 
 
