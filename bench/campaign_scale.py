@@ -13,7 +13,8 @@ turns, each made distinct by its turn number and a speaker name.
 
 At each step, against a real sidecar process (waitress) on the store:
 - the catch-up: the background jobs the fill queued, drained (not counted in the rest);
-- ready: time from starting the process to /v1/health saying embedder and search index ready;
+- ready: time from starting the process to /v1/health saying embedder and search index ready,
+  beside what touching new memory costs on this machine just before (`fresh_memory_s_per_gb`);
 - `POST /v1/context` and `POST /v1/search` p50/p95 over HTTP, each call with a new LoCoMo question
   as the player's action / the query; the floor (one new query embedding, same model, in this
   process) between the calls;
@@ -198,6 +199,16 @@ def grow(data_dir: Path, target: int, turns) -> dict:
 
 
 # --- the measurements --------------------------------------------------------------------------
+def fresh_memory_s_per_gb(mb: int = 512) -> float:
+    """Seconds per GB a new process takes to touch memory it never used. On a bare machine about
+    0.1; in a virtual machine whose host backs guest memory lazily it was 1 to 5 here, varying by
+    the hour, and a restart of a campaign touches about 1 GB: read `ready_s` beside it."""
+    code = (f"import time, numpy; t = time.perf_counter(); numpy.ones({mb} << 20, dtype=numpy.uint8);"
+            " print(time.perf_counter() - t)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(done.stdout.strip()) * 1024 / mb
+
+
 def tree_rss_mb(pid: int) -> float:
     """Resident memory of a process and every process under it (MB)."""
     children: dict[int, list[int]] = {}
@@ -381,6 +392,7 @@ def measure(data_dir: Path, step: int, questions: list[str], n: int, model, limi
         return {**out, **exports(data_dir)}
     # The restart: what a user waits for. Jobs left (a catch-up cut short) stay queued: the
     # calls below measure the store, not a backlog (bench/context_backlog.py does that).
+    out["fresh_memory_s_per_gb"] = round(fresh_memory_s_per_gb(), 2)
     car = Sidecar(data_dir, worker="jobs_left" not in out)
     try:
         out["ready_s"] = round(car.wait_ready(), 2)
