@@ -36,7 +36,9 @@ queued are done.
 
 Each generation's parts come from the page (window.chronicler.stats.parts): the sync wait, the
 standing tokens, the request body, the context call and of it the sidecar's own time (its
-Server-Timing header) — the rest is the path —, trimming and injection.
+Server-Timing header) — the rest is the path —, trimming and injection. The path is split by the
+browser's own record of the call (Resource Timing: from the fetch's start to the answer's last
+byte): the rest is the page's main thread running the code that waits for the answer late.
 
 Prints p50/p95 in ms and writes bench/results/extension_overhead.json (extension_overhead_plugin.json).
 """
@@ -373,7 +375,12 @@ def run_turns(st: STPage, n: int, label: str, pause_ms: int = 0) -> list[float]:
 
 CLEAR_STATS = ("() => { window.chronicler.stats.timings.items = [];"
                " window.chronicler.stats.handlers.items = []; window.chronicler.stats.parts.items = [];"
-               " if (window.chronicler.prefetch) window.chronicler.prefetch.sent = 0; }")
+               " if (window.chronicler.prefetch) window.chronicler.prefetch.sent = 0;"
+               " performance.setResourceTimingBufferSize(100000); performance.clearResourceTimings(); }")
+# The browser's own record of each context call (Resource Timing): from the fetch's start to the
+# last byte of the answer, before the page's main thread runs the code waiting for it.
+FETCHES = ("performance.getEntriesByType('resource').filter(e => /\\/v1\\/context(\\?|$)/.test(e.name))"
+           ".map(e => e.duration)")
 READ_STATS = ("() => ({timings: window.chronicler.stats.timings.items,"
               " handlers: window.chronicler.stats.handlers.items,"
               " parts: window.chronicler.stats.parts.items,"
@@ -381,6 +388,7 @@ READ_STATS = ("() => ({timings: window.chronicler.stats.timings.items,"
               " lastError: String(window.chronicler.stats.lastError ?? ''),"
               " features: window.chronicler.features.known,"
               " prefetched: window.chronicler.prefetch?.sent ?? 0,"
+              f" fetches: {FETCHES},"
               " report: window.chronicler.stats.lastReport})")
 
 
@@ -402,6 +410,13 @@ def measured(stats: dict[str, Any]) -> dict[str, Any]:
     # The context call's path: the browser's fetch, loopback HTTP (and through the plugin, SillyTavern
     # and the proxy), what the sidecar's own time (Server-Timing) does not cover.
     parts["of_which_context_call_path_ms"] = summary([p["context"] - p["server"] for p in stats["parts"] if "server" in p])
+    # The same call as the browser's network stack saw it: what the context call takes beyond it is
+    # the page's main thread (busy with SillyTavern's own work) running the waiting code late.
+    fetches = stats.get("fetches", [])
+    parts["of_which_context_call_in_the_network_ms"] = summary(fetches)
+    if len(fetches) == len(stats["parts"]):
+        parts["of_which_context_call_waiting_for_the_page_ms"] = summary(
+            [p["context"] - f for p, f in zip(stats["parts"], fetches)])
     return {
         "interceptor_ms": summary(timings),
         "handlers_ms_per_generation": summary(per_turn_handlers),
@@ -429,7 +444,7 @@ def alternated(st: STPage, n: int, pause_ms: int, rounds: int) -> tuple[list[flo
 def joined(into: dict[str, Any], stats: dict[str, Any]) -> None:
     """Add one run's page records to those of the runs before (lists joined, the rest the latest)."""
     for key, value in stats.items():
-        if key in ("timings", "handlers", "parts"):
+        if key in ("timings", "handlers", "parts", "fetches"):
             into[key] = into.get(key, []) + value
         elif key == "prefetched":
             into[key] = into.get(key, 0) + value
