@@ -311,5 +311,6 @@ def test_mj1_dc6_the_models_context_and_the_part_size_change_at_run_time(api, se
     assert body["settings"]["llm_context_tokens"] == 8192 and body["settings"]["part_wait_seconds"] == 30
     assert parts.size(services) == 4096
     refused = api.patch("/v1/settings", json={"llm_context_tokens": 512, "part_tokens": 2000})
-    assert refused.status_code == 400 and refused.get_json()["error"]["details"][0]["field"] == "llm_context_tokens"
+    assert refused.status_code == 400
+    assert refused.get_json()["error"]["details"][0]["field"] == "llm_context_tokens"
     assert (services.settings.llm_context_tokens, services.settings.part_tokens) == (8192, 8000)

@@ -56,7 +56,8 @@ class ChunkVectors(Mapping[int, np.ndarray]):
         try:
             self._stream(at, dest)
         except (LookupError, ValueError):  # a layout this code does not know after all
-            log.warning("search: %s's chunks could not be read; reading through sqlite-vec", self._table, exc_info=True)
+            log.warning("search: %s's chunks could not be read; reading through sqlite-vec", self._table,
+                        exc_info=True)
             wanted = np.asarray(rowids).tolist()
             found = read(self._conn, self._table, wanted, self._dim)
             for k, rowid in enumerate(wanted):
@@ -80,23 +81,21 @@ class ChunkVectors(Mapping[int, np.ndarray]):
         order = np.argsort(chunk, kind="stable")
         needed, starts = np.unique(chunk[order], return_index=True)
         bounds = dict(zip(needed.tolist(), zip(starts.tolist(), [*starts[1:].tolist(), len(order)])))
-        sql = f'SELECT rowid, vectors FROM "{self._table}_vector_chunks00"'
-        few = len(bounds) <= 500  # a sample, one row: only their chunks; else every chunk in turn
-        for cid, blob in self._conn.execute(sql + f' WHERE rowid IN ({",".join("?" * len(bounds))})' if few else sql,
-                                            list(bounds) if few else ()):
+        sql, args = f'SELECT rowid, vectors FROM "{self._table}_vector_chunks00"', []
+        if len(bounds) <= 500:  # a sample, one row: only their chunks; else every chunk in turn
+            sql, args = sql + f' WHERE rowid IN ({",".join("?" * len(bounds))})', list(bounds)
+        for cid, blob in self._conn.execute(sql, args):
             span = bounds.pop(int(cid), None)
             if span is not None:
                 rows = order[span[0]:span[1]]
-                dest[rows] = np.frombuffer(blob, dtype=np.float32).reshape(-1, self._dim)[self._offset[at[rows]]]
+                block = np.frombuffer(blob, dtype=np.float32).reshape(-1, self._dim)
+                dest[rows] = block[self._offset[at[rows]]]
         if bounds:
             raise LookupError(f"{self._table}: chunks {sorted(bounds)[:5]} are missing")
 
     def __getitem__(self, rowid: int) -> np.ndarray:
-        at = int(self.positions([rowid])[0])
-        if at < 0:
-            raise KeyError(rowid)
         out = np.zeros((1, self._dim), dtype=np.float32)
-        self.copy_into([rowid], out)
+        self.copy_into([rowid], out)  # KeyError when not held
         return out[0]
 
     def __contains__(self, rowid: object) -> bool:
@@ -115,8 +114,8 @@ def read_all(conn: Any, table: str, dim: int) -> ChunkVectors | None:
     if not _made_by_known_version(conn, table):
         return None
     try:
-        where = np.array(conn.execute(f'SELECT rowid, chunk_id, chunk_offset FROM "{table}_rowids"').fetchall(),
-                         dtype=np.int64).reshape(-1, 3)
+        rows = conn.execute(f'SELECT rowid, chunk_id, chunk_offset FROM "{table}_rowids"').fetchall()
+        where = np.array(rows, dtype=np.int64).reshape(-1, 3)
         out = ChunkVectors(conn, table, dim, where)
         agrees = _agrees(conn, table, out)
     except Exception:  # a layout this code does not know (a vector of another size, a missing chunk)
@@ -141,13 +140,13 @@ def held(vectors: Mapping[int, np.ndarray], rowids: Sequence[int]) -> np.ndarray
     return np.array([r in vectors for r in rowids], dtype=bool)
 
 
-def _agrees(conn: Any, table: str, out: Mapping[int, np.ndarray]) -> bool:
+def _agrees(conn: Any, table: str, out: ChunkVectors) -> bool:
     """Whether vec0 gives the same rows and, for a sample of them, the same vectors."""
     if conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] != len(out):
         return False
-    ids = list(out) if isinstance(out, ChunkVectors) else sorted(out)  # (ChunkVectors: in order)
+    ids = list(out)  # in rowid order
     sample = sorted(set(ids[:SAMPLE // 2] + ids[-SAMPLE // 2:] + ids[:: max(1, len(ids) // SAMPLE)]))
-    mine = dict(zip(sample, out.strictly(sample) if isinstance(out, ChunkVectors) else [out[r] for r in sample]))
+    mine = dict(zip(sample, out.strictly(sample)))
     for start in range(0, len(sample), 500):
         chunk = sample[start:start + 500]
         rows = conn.execute(f'SELECT rowid, embedding FROM "{table}" WHERE rowid IN ({",".join("?" * len(chunk))})',

@@ -4,8 +4,9 @@ A message is *due* once it has left the live window (RV2) or its session has end
 messages no part has read yet, oldest first, make the chat's open part. It is read (closed) when
 it holds `part_tokens` (never more than the model's context, `llm_context_tokens`, less
 `part_reserve_tokens`, at most half of it, for the instructions and the answer), cut at the last
-session end inside it when there is one; or, smaller, once it has waited `part_wait_seconds` (the worker's `close_part`
-job: a quiet chat gets its memory without more play, and a session's memory is never lost).
+session end inside it when there is one; or, smaller, once it has waited `part_wait_seconds` (the
+worker's `close_part` job: a quiet chat gets its memory without more play, and a session's memory
+is never lost).
 
 Reading a part queues, in one transaction, every task's job over exactly its messages: its
 chunk summary (RV3: one recent summary covers the part), deep memory (RV13), and through
