@@ -1,7 +1,9 @@
 """Sentence embeddings, loaded once, off the request path: the packaged all-MiniLM-L6-v2 here
 (`Embedder`), the other choices of the setting `embedder` in embedders.py (same interface).
 
-The model loads in a background thread (about 5 s), so the server answers /v1/health at once.
+The model loads in a background thread, so the server answers /v1/health at once: about 1 s for
+the packaged MiniLM, read by bert.py, and about 5 s for a folder of another shape, read through
+sentence-transformers (most of it that library's imports).
 A write that needs a vector waits for the model (up to `embedder_wait_seconds`) rather than store
 an item without its vector. Weights never come from the network: HF_HUB_OFFLINE is forced.
 """
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import numpy as np
 
 from .. import priority
+from . import bert
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -164,7 +167,8 @@ class Embedder:
         self.last_error: str | None = None  # the last call that failed (a remote endpoint down)
         self.load_seconds: float | None = None
         self._failed_at = 0.0
-        self._model: Any = None
+        self._model: Any = None  # a SentenceTransformer, for a folder bert.py does not read
+        self._encoder: bert.Encoder | None = None  # the folder read by bert.py (the packaged one)
         self._direct = False  # one text through the forward pass (see _open)
         self._traced: tuple[Any, tuple[str, ...]] | None = None  # (graph, its inputs' names): _traced
         self._ready = threading.Event()
@@ -235,12 +239,21 @@ class Embedder:
     def _open(self) -> int:
         """Load the model; return the dimension of its vectors."""
         import torch
-        from sentence_transformers import SentenceTransformer
 
         # One thread: on 2 cores under load, two torch threads spin waiting for each other
         # (measured: 9 ms p50 with one, 197 ms p50 with two while other work runs).
         torch.set_num_threads(self.threads)
-        model = SentenceTransformer(self.model_path or packaged_model_path(), device="cpu")
+        path = self.model_path or packaged_model_path()
+        shape = bert.layout(path)
+        if shape is not None:  # the packaged MiniLM: no sentence-transformers import (bert.py)
+            self._encoder = bert.Encoder(path, shape)
+            self._encoder.encode(["warm up"])
+            if self._encoder.choose_query_precision(_PROBES) != "float32":
+                self.distinguishes_kinds = True  # a query's vector is not its passage's: cached apart
+            return self._encoder.dim
+        from sentence_transformers import SentenceTransformer
+
+        model = SentenceTransformer(path, device="cpu")
         dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         warm = model.encode(["warm up"], normalize_embeddings=True, show_progress_bar=False)
         self._model = model
@@ -256,6 +269,8 @@ class Embedder:
 
     def _run(self, texts: list[str], kind: str) -> np.ndarray:
         """Unit vectors of one chunk of texts (the model is loaded)."""
+        if self._encoder is not None:
+            return self._encoder.encode(texts, batch_size=32, query=kind == "query")
         if len(texts) == 1 and self._direct:
             return self._forward(texts[0])[None, :]
         return self._model.encode(texts, batch_size=32, normalize_embeddings=True,
@@ -359,7 +374,8 @@ class Embedder:
         """For /v1/health: which model, its dimension, whether it is ready, why not."""
         return {"model": self.model_name, "key": self.key, "dim": self.dim, "ready": self.ready,
                 "error": self.error or self.last_error, "load_seconds": self.load_seconds,
-                "reads_every_script": self.reads_every_script}
+                "reads_every_script": self.reads_every_script,
+                "query_precision": None if self._encoder is None else self._encoder.query_precision}
 
 
 def from_settings(settings: Settings) -> Embedder:

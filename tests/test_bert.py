@@ -1,0 +1,174 @@
+"""The packaged MiniLM read straight from its files (retrieval/bert.py): the vectors
+sentence-transformers gives, without importing it; any other folder shape goes through
+sentence-transformers as before."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from server_plugin.retrieval import bert
+from server_plugin.retrieval.embeddings import Embedder, packaged_model_path
+
+TEXTS = ["", "   ", "ok", "  Where did Ayla hide the lantern before the storm?  ",
+         "Ünïcödé café — naïve résumé ☃", "Tab\tand\nnew line", "東京で会いましょう", "lantern " * 400,
+         "word " * 254, "word " * 255, "I said: \"Meet me at the old mill at dawn, and bring the map.\""]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """sentence-transformers' own load of the packaged folder (what bert.py must give)."""
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(packaged_model_path(), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def encoder() -> bert.Encoder:
+    path = packaged_model_path()
+    shape = bert.layout(path)
+    assert shape == bert.Layout(layers=6, hidden=384, heads=12, eps=1e-12, max_tokens=256, lower_case=False)
+    return bert.Encoder(path, shape)
+
+
+def test_the_packaged_folder_gives_sentence_transformers_vectors_alone_and_in_padded_batches(encoder, reference):
+    expected = reference.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
+    batch = encoder.encode(TEXTS)
+    alone = np.stack([encoder.encode([t])[0] for t in TEXTS])
+    small_batches = encoder.encode(TEXTS, batch_size=3)  # other paddings, other neighbours
+    for got in (batch, alone, small_batches):
+        assert got.shape == (len(TEXTS), 384) and got.dtype == np.float32
+        assert np.abs(got - expected).max() < 1e-5
+    assert np.allclose(np.linalg.norm(batch, axis=1), 1.0, atol=1e-5)
+
+
+def test_texts_are_tokenized_as_sentence_transformers_does_stripped_and_cut_at_256(encoder, reference):
+    ids, mask = encoder._ids(TEXTS)
+    theirs = reference.preprocess(TEXTS)
+    assert ids.tolist() == theirs["input_ids"].tolist()
+    assert mask.tolist() == theirs["attention_mask"].tolist()
+    assert int(mask.sum(1).max()) == 256  # the long texts are cut, [SEP] kept
+
+
+def test_an_empty_list_gives_no_rows(encoder):
+    assert encoder.encode([]).shape == (0, 384)
+
+
+def copy_of_packaged(tmp_path: Path) -> Path:
+    folder = tmp_path / "model"
+    shutil.copytree(packaged_model_path(), folder)
+    return folder
+
+
+def edit_json(path: Path, **changes) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.update(changes)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+@pytest.mark.parametrize("change", ["cls pooling", "roberta", "relative positions", "no safetensors",
+                                    "another module", "broken json", "another activation"])
+def test_a_folder_of_another_shape_is_left_to_sentence_transformers(tmp_path, change):
+    folder = copy_of_packaged(tmp_path)
+    assert bert.layout(str(folder)) is not None
+    if change == "cls pooling":
+        edit_json(folder / "1_Pooling" / "config.json", pooling_mode_cls_token=True, pooling_mode_mean_tokens=False)
+    elif change == "roberta":
+        edit_json(folder / "config.json", model_type="roberta")
+    elif change == "relative positions":
+        edit_json(folder / "config.json", position_embedding_type="relative_key")
+    elif change == "another activation":
+        edit_json(folder / "config.json", hidden_act="gelu_new")
+    elif change == "no safetensors":
+        (folder / "model.safetensors").unlink()
+    elif change == "another module":
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+        modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+        (folder / "modules.json").write_text(json.dumps(modules), encoding="utf-8")
+    else:
+        (folder / "config.json").write_text("{not json", encoding="utf-8")
+    assert bert.layout(str(folder)) is None
+
+
+def test_weights_that_miss_a_layer_fail_the_load_with_a_clear_error(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = copy_of_packaged(tmp_path)
+    weights = load_file(str(folder / "model.safetensors"))
+    del weights["encoder.layer.5.attention.self.key.weight"]
+    save_file(weights, str(folder / "model.safetensors"))
+    model = Embedder(str(folder), threads=1, background_chunk=8, step_aside_seconds=0).start_loading()
+    with pytest.raises(Exception, match="encoder.layer.5.attention.self.key.weight"):
+        model.wait(120)
+    assert not model.ready
+
+
+def test_the_packaged_model_loads_and_embeds_without_importing_sentence_transformers(embedder):
+    script = ("import sys\n"
+              "from server_plugin.retrieval.embeddings import Embedder\n"
+              "e = Embedder('', threads=1, background_chunk=8, step_aside_seconds=0).start_loading()\n"
+              "e.wait(120)\n"
+              "v = e.embed_one('Where did Ayla hide the lantern?', 60)\n"
+              "print(','.join(repr(float(x)) for x in v))\n"
+              "print(sorted(m for m in ('sentence_transformers', 'transformers', 'sklearn', 'scipy') "
+              "if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    vector_line, imported = done.stdout.strip().splitlines()[-2:]
+    assert imported == "[]"
+    vector = np.array([float(x) for x in vector_line.split(",")], dtype=np.float32)
+    embedder._cache.clear()
+    assert np.abs(vector - embedder.embed_one("Where did Ayla hide the lantern?", 60)).max() < 1e-6
+
+
+def test_queries_in_bfloat16_stay_within_its_cosine_and_what_is_stored_stays_float32(encoder):
+    """bfloat16 is chosen only where it is clearly faster (this CPU's timing) and as close as
+    HALF_COSINE on the probes; a query's vector is then that close to float32's, a passage's is
+    float32's exactly."""
+    probes = ("hi", "What did she say about the lighthouse last summer?", "word " * 300)
+    choice = encoder.choose_query_precision(probes)
+    assert choice == encoder.query_precision in ("bfloat16", "float32")
+    try:
+        encoder._half = {k: v.to(torch.bfloat16) for k, v in encoder._w.items() if k.startswith("encoder.")}
+        full, half = encoder.encode(TEXTS), encoder.encode(TEXTS, query=True)
+        assert np.all(np.sum(full * half, axis=1) >= bert.HALF_COSINE) and not np.array_equal(full, half)
+        assert np.array_equal(encoder.encode(TEXTS), full)  # the passage path never changes
+    finally:
+        encoder._half = None
+
+
+def test_bfloat16_is_refused_when_it_is_not_faster_or_not_close(encoder, monkeypatch):
+    probes = ("hi", "What did she say about the lighthouse last summer?")
+    monkeypatch.setattr(encoder, "_best_time", lambda text, query, tries: 1.0)  # no faster
+    assert encoder.choose_query_precision(probes) == "float32" and encoder._half is None
+    monkeypatch.setattr(encoder, "_best_time", lambda text, query, tries: 0.1 if query else 1.0)
+    monkeypatch.setattr(bert, "HALF_COSINE", 1.000001)  # never that close
+    assert encoder.choose_query_precision(probes) == "float32" and encoder._half is None
+    monkeypatch.setattr(bert, "HALF_COSINE", 0.999)
+    assert encoder.choose_query_precision(probes) == "bfloat16" and encoder._half is not None
+    encoder._half = None
+
+
+def test_an_embedder_with_bfloat16_queries_caches_a_query_apart_from_the_same_passage(embedder):
+    """The last action is embedded as a query, then stored as a message: the stored vector must
+    be the float32 one, never the query's from the cache."""
+    text = "Ayla lit the lantern on the pier at midnight."
+    embedder._cache.clear()
+    query = embedder.embed_one(text, 60, kind="query")
+    passage = embedder.embed_one(text, 60, kind="passage")
+    assert np.abs(passage - bert_reference(text)).max() < 1e-6
+    if embedder.status()["query_precision"] == "bfloat16":
+        assert embedder.distinguishes_kinds and not np.array_equal(query, passage)
+        assert float(query @ passage) >= bert.HALF_COSINE
+
+
+def bert_reference(text: str) -> np.ndarray:
+    path = packaged_model_path()
+    return bert.Encoder(path, bert.layout(path)).encode([text])[0]
