@@ -146,9 +146,9 @@ def test_queries_in_bfloat16_stay_within_its_cosine_and_what_is_stored_stays_flo
 
 def test_bfloat16_is_refused_when_it_is_not_faster_or_not_close(encoder, monkeypatch):
     probes = ("hi", "What did she say about the lighthouse last summer?")
-    monkeypatch.setattr(encoder, "_best_time", lambda text, query, tries: 1.0)  # no faster
+    monkeypatch.setattr(encoder, "_cost", lambda text, query, tries: 1.0)  # no faster
     assert encoder.choose_query_precision(probes) == "float32" and encoder._half is None
-    monkeypatch.setattr(encoder, "_best_time", lambda text, query, tries: 0.1 if query else 1.0)
+    monkeypatch.setattr(encoder, "_cost", lambda text, query, tries: 0.1 if query else 1.0)
     monkeypatch.setattr(bert, "HALF_COSINE", 1.000001)  # never that close
     assert encoder.choose_query_precision(probes) == "float32" and encoder._half is None
     monkeypatch.setattr(bert, "HALF_COSINE", 0.999)

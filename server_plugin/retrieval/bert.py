@@ -27,9 +27,11 @@ import numpy as np
 _MODULES = ("sentence_transformers.models.Transformer", "sentence_transformers.models.Pooling",
             "sentence_transformers.models.Normalize")
 _FIRST = "encoder.layer.0.attention.self.qkv.weight"  # its dtype is the layers' precision
-# bfloat16 is kept for queries only if it is at least this much faster and its vectors are this
-# close to float32's (cosine) on every probe.
-HALF_GAIN = 0.75
+# bfloat16 is kept for queries only if it takes less than this share of float32's time and its
+# vectors are this close to float32's (cosine) on every probe. With bfloat16 instructions a query
+# takes 0.6-0.7 of the time on a quiet core, 0.85 beside a start-up's index build; a CPU that
+# emulates them takes longer than float32.
+HALF_GAIN = 0.9
 HALF_COSINE = 0.9995
 _MEAN_ONLY = {"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": False,
               "pooling_mode_max_tokens": False, "pooling_mode_mean_sqrt_len_tokens": False}
@@ -198,25 +200,32 @@ class Encoder:
         bfloat16 instructions: about half the time of a query) and its vectors stay within
         `HALF_COSINE` of float32's for every probe; else float32 (a CPU that emulates bfloat16
         would be slower). On LoCoMo, queries embedded in bfloat16 give the same recall to the
-        third decimal (bench/README.md). Returns the precision chosen."""
+        third decimal (docs/search.md). Returns the precision chosen."""
         torch = self._torch
         self._half = {k: v.to(torch.bfloat16) for k, v in self._w.items() if k.startswith("encoder.")}
         full = self.encode(list(probes))
         half = self.encode(list(probes), query=True)
         close = bool(np.all(np.sum(full * half, axis=1) >= HALF_COSINE))
-        if close and self._best_time(probes[len(probes) // 2], True, tries) < (
-                HALF_GAIN * self._best_time(probes[len(probes) // 2], False, tries)):
-            return "bfloat16"
+        text = probes[len(probes) // 2]
+        if close:
+            costs = {False: 0.0, True: 0.0}
+            for query in (False, True, True, False):  # interleaved: a load that comes and goes hits both
+                costs[query] += self._cost(text, query, tries)
+            if costs[True] < HALF_GAIN * costs[False]:
+                return "bfloat16"
         self._half = None
         return "float32"
 
-    def _best_time(self, text: str, query: bool, tries: int) -> float:
-        best = float("inf")
+    def _cost(self, text: str, query: bool, tries: int) -> float:
+        """Seconds `tries` embeddings of `text` take: this thread's CPU time where torch computes
+        on this thread alone (at start-up the index is built beside it: waiting for the
+        interpreter or a core is not the precision's cost), else the wall clock."""
+        clock = time.thread_time if self._torch.get_num_threads() == 1 else time.perf_counter
+        self.encode([text], query=query)  # its kernels made for this shape first
+        started = clock()
         for _ in range(tries):
-            started = time.perf_counter()
             self.encode([text], query=query)
-            best = min(best, time.perf_counter() - started)
-        return best
+        return clock() - started
 
     @property
     def query_precision(self) -> str:

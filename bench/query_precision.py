@@ -1,0 +1,127 @@
+"""What a search's query in bfloat16 changes in the answers (docs/search.md section 6).
+
+    python bench/query_precision.py                          # LoCoMo's local conversations
+    python bench/query_precision.py --store /work/bench_cache/campaign@100000 --n 100
+
+Without `--store`: the ranking core on LoCoMo (bench/locomo_proto.py's corpus and cached stored
+vectors), every question ranked with its query embedded in float32 and in bfloat16: recall@k,
+MRR and how many top-10 lists keep their order. With `--store` (a copy of a campaign_scale
+snapshot, searched in process as a person and as one character): the share of the top 10 kept
+and of the lists in the same order, for the bfloat16 query and, to compare, for the float16
+index the sidecar keeps against a float32 one (the same float32 query).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ["HF_HUB_OFFLINE"] = "1"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from server_plugin.retrieval import bert, embeddings  # noqa: E402
+
+
+def encoder_with_half() -> bert.Encoder:
+    """The packaged MiniLM with its bfloat16 layers made whatever this CPU's speed."""
+    path = embeddings.packaged_model_path()
+    enc = bert.Encoder(path, bert.layout(path))
+    enc._half = {k: v.to(torch.bfloat16) for k, v in enc._w.items() if k.startswith("encoder.")}
+    return enc
+
+
+def on_locomo(enc: bert.Encoder) -> None:
+    import locomo_proto as LP
+    from server_plugin.retrieval import ranking as R
+    from server_plugin.retrieval.search import params_of
+    from server_plugin.settings import defaults
+
+    params, build = params_of(defaults()), LP.Build()
+    emb = LP.Embedder("/tmp/chronicler_bench/emb_cache.sqlite")
+    preps = [LP.prepare(c, emb, build, params) for c in LP.load(LP.DEFAULT_DATA)]
+    ranked = {}
+    for query in (False, True):
+        runs = []
+        for p in preps:
+            texts = [LP.dense_query(q.text, p.cast, build, params) for q in p.conv.questions]
+            vectors = [enc.encode([t], query=query)[0] for t in texts]
+            runs.append(LP.Prepared(p.conv, p.cast, p.corpus,
+                                    [R.with_vector(q, v) for q, v in zip(p.queries, vectors)]))
+        name = "bfloat16" if query else "float32"
+        print(LP.fmt_table(f"queries in {name}", LP.evaluate(runs, params)))
+        ranked[query] = [np.argsort(-R.rank(p.corpus, q, params), kind="stable")[:10].tolist()
+                         for p in runs for q in p.queries]
+    same = sum(a == b for a, b in zip(ranked[False], ranked[True]))
+    print(f"top 10 in the same order: {same} of {len(ranked[False])}")
+
+
+def on_store(enc: bert.Encoder, store: str, n: int) -> None:
+    import campaign_scale as CS
+    from server_plugin.app import build_services
+    from server_plugin.retrieval import live_index
+    from server_plugin.retrieval import search as S
+    from server_plugin.settings import load_settings
+
+    folder = tempfile.mkdtemp()
+    shutil.copytree(store, folder, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.lock"))
+    try:
+        svc = build_services(load_settings({"data_dir": folder, "token": "x" * 20, "worker_enabled": False},
+                                           environ={}))
+        svc.embedder.wait(300)
+        state = live_index.state_of(svc)
+        state.ensure_loaded(600)
+        half_index = state.live
+        full_index = live_index.build(svc.db, state._weights(), False)
+        _, questions = CS.locomo()
+        counts = {"bfloat16 query": [0, 0], "float16 index": [0, 0]}
+
+        def top(q: str, viewer: str | None, vector: np.ndarray) -> list[str]:
+            v = vector.view(S.QueryVector)
+            v.model_key = svc.embedder.key
+            return [r["id"] for r in S.search(svc, q, chat_id=CS.CHAT, viewer_id=viewer, k=10, vector=v)]
+
+        def count(name: str, got: list[str], reference: list[str]) -> None:
+            counts[name][0] += got == reference
+            counts[name][1] += len(set(got) & set(reference))
+
+        for viewer in (None, "char00.png"):
+            for q in random.Random(11).sample(questions, n):
+                text = S._dense_text(svc, q, S.query_cast(svc, CS.CHAT))
+                full_q, half_q = enc.encode([text])[0], enc.encode([text], query=True)[0]
+                state.live = full_index
+                on_full_index = top(q, viewer, full_q)
+                state.live = half_index
+                shipped = top(q, viewer, full_q)  # the float16 index, a float32 query
+                count("bfloat16 query", top(q, viewer, half_q), shipped)
+                count("float16 index", shipped, on_full_index)
+        for name, (same, kept) in counts.items():
+            print(f"{name}: top 10 kept {kept / (20 * n):.4f}, same order {same} of {2 * n}")
+    finally:
+        shutil.rmtree(folder)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--store", help="a campaign_scale snapshot's folder (copied, never written)")
+    parser.add_argument("--n", type=int, default=100, help="questions per viewer at the store")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    enc = encoder_with_half()
+    if args.store:
+        on_store(enc, args.store, args.n)
+    else:
+        on_locomo(enc)
+
+
+if __name__ == "__main__":
+    main()
