@@ -111,7 +111,8 @@ def on_store(enc: bert.Encoder, store: str, n: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", help="a campaign_scale snapshot's folder (copied, never written)")
     parser.add_argument("--n", type=int, default=100, help="questions per viewer at the store")
     args = parser.parse_args()

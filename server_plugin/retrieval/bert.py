@@ -9,9 +9,11 @@ products; this module runs them directly and imports sentence-transformers not a
 It reads only the plain shape: modules Transformer → Pooling (mean of the tokens only) →
 Normalize, a `bert` config with absolute positions and exact GELU, the weights in
 `model.safetensors` and a fast tokenizer's `tokenizer.json`. Any other folder gives None from
-`layout` and the embedder loads it through sentence-transformers as before. Its vectors are the
-ones sentence-transformers gives for the same texts (tests/test_bert.py: within 1e-5, alone and in
-padded batches, truncated at the folder's `max_seq_length`).
+`layout` (or, weights named otherwise, a ValueError from `Encoder`) and the embedder loads it
+through sentence-transformers as before. Its vectors are the ones sentence-transformers gives for
+the same texts (tests/test_bert.py: within 1e-5, alone and in padded batches, truncated at the
+folder's `max_seq_length`). A search's query may be embedded in bfloat16 instead, where this CPU
+runs that clearly faster (`choose_query_precision`).
 """
 
 from __future__ import annotations
@@ -108,8 +110,9 @@ class Encoder:
                                                         for n in ("query", "key", "value")])
 
     def _check(self) -> None:
-        """Every weight the forward pass reads is there, the square ones of the configured size
-        (a folder with one missing fails its load with that name, never embeds with a hole)."""
+        """Every weight the forward pass reads is there, the square ones of the configured size;
+        else ValueError naming the first missing (the embedder then leaves the folder to
+        sentence-transformers, which reads older names such as LayerNorm gamma and beta)."""
         h, w = self.shape.hidden, self._w
         need: dict[str, tuple[int, ...] | None] = {
             f"embeddings.{n}_embeddings.weight": None for n in ("word", "position", "token_type")}
@@ -202,17 +205,18 @@ class Encoder:
         would be slower). On LoCoMo, queries embedded in bfloat16 give the same recall to the
         third decimal (docs/search.md). Returns the precision chosen."""
         torch = self._torch
-        self._half = {k: v.to(torch.bfloat16) for k, v in self._w.items() if k.startswith("encoder.")}
-        full = self.encode(list(probes))
-        half = self.encode(list(probes), query=True)
-        close = bool(np.all(np.sum(full * half, axis=1) >= HALF_COSINE))
-        text = probes[len(probes) // 2]
-        if close:
-            costs = {False: 0.0, True: 0.0}
-            for query in (False, True, True, False):  # interleaved: a load that comes and goes hits both
-                costs[query] += self._cost(text, query, tries)
-            if costs[True] < HALF_GAIN * costs[False]:
-                return "bfloat16"
+        try:
+            self._half = {k: v.to(torch.bfloat16) for k, v in self._w.items() if k.startswith("encoder.")}
+            full = self.encode(list(probes))
+            half = self.encode(list(probes), query=True)
+            if bool(np.all(np.sum(full * half, axis=1) >= HALF_COSINE)):
+                text, costs = probes[len(probes) // 2], {False: 0.0, True: 0.0}
+                for query in (False, True, True, False):  # interleaved: a load that comes and goes hits both
+                    costs[query] += self._cost(text, query, tries)
+                if costs[True] < HALF_GAIN * costs[False]:
+                    return "bfloat16"
+        except RuntimeError:  # a torch build without bfloat16 kernels for one of these operations
+            pass
         self._half = None
         return "float32"
 

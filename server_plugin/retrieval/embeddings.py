@@ -246,7 +246,11 @@ class Embedder:
         path = self.model_path or packaged_model_path()
         shape = bert.layout(path)
         if shape is not None:  # the packaged MiniLM: no sentence-transformers import (bert.py)
-            self._encoder = bert.Encoder(path, shape)
+            try:
+                self._encoder = bert.Encoder(path, shape)
+            except ValueError:  # weights named otherwise (an older checkpoint's): left to it below
+                self._encoder = None
+        if self._encoder is not None:
             self._encoder.encode(["warm up"])
             if self._encoder.choose_query_precision(_PROBES) != "float32":
                 self.distinguishes_kinds = True  # a query's vector is not its passage's: cached apart
