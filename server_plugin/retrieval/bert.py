@@ -202,8 +202,8 @@ class Encoder:
         """bfloat16 for queries where this CPU runs it clearly faster than float32 (one with
         bfloat16 instructions: about half the time of a query) and its vectors stay within
         `HALF_COSINE` of float32's for every probe; else float32 (a CPU that emulates bfloat16
-        would be slower). On LoCoMo, queries embedded in bfloat16 give the same recall to the
-        third decimal (docs/search.md). Returns the precision chosen."""
+        would be slower). On LoCoMo, queries embedded in bfloat16 give recall within 0.001 of
+        float32's (docs/search.md). Returns the precision chosen."""
         torch = self._torch
         try:
             self._half = {k: v.to(torch.bfloat16) for k, v in self._w.items() if k.startswith("encoder.")}

@@ -1,7 +1,7 @@
 """Sentence embeddings, loaded once, off the request path: the packaged all-MiniLM-L6-v2 here
 (`Embedder`), the other choices of the setting `embedder` in embedders.py (same interface).
 
-The model loads in a background thread, so the server answers /v1/health at once: about 1 s for
+The model loads in a background thread, so the server answers /v1/health at once: about 2 s for
 the packaged MiniLM, read by bert.py, and about 5 s for a folder of another shape, read through
 sentence-transformers (most of it that library's imports).
 A write that needs a vector waits for the model (up to `embedder_wait_seconds`) rather than store
