@@ -36,7 +36,7 @@ def encoder_with_half() -> bert.Encoder:
     """The packaged MiniLM with its bfloat16 layers made whatever this CPU's speed."""
     path = embeddings.packaged_model_path()
     enc = bert.Encoder(path, bert.layout(path))
-    enc._half = {k: v.to(torch.bfloat16) for k, v in enc._w.items() if k.startswith("encoder.")}
+    enc.use_half()
     return enc
 
 

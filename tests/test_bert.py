@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from server_plugin.retrieval import bert
 from server_plugin.retrieval.embeddings import Embedder, packaged_model_path
@@ -147,7 +146,7 @@ def test_queries_in_bfloat16_stay_within_its_cosine_and_what_is_stored_stays_flo
     choice = encoder.choose_query_precision(probes)
     assert choice == encoder.query_precision in ("bfloat16", "float32")
     try:
-        encoder._half = {k: v.to(torch.bfloat16) for k, v in encoder._w.items() if k.startswith("encoder.")}
+        encoder.use_half()
         full, half = encoder.encode(TEXTS), encoder.encode(TEXTS, query=True)
         assert np.all(np.sum(full * half, axis=1) >= bert.HALF_COSINE) and not np.array_equal(full, half)
         assert np.array_equal(encoder.encode(TEXTS), full)  # the passage path never changes

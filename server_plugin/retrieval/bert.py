@@ -204,10 +204,9 @@ class Encoder:
         `HALF_COSINE` of float32's for every probe; else float32 (a CPU that emulates bfloat16
         would be slower). On LoCoMo, queries embedded in bfloat16 give recall within 0.001 of
         float32's (docs/search.md). Returns the precision chosen."""
-        torch = self._torch
+        full = self.encode(list(probes))  # float32 outside the try: a model that fails there fails to load
         try:
-            self._half = {k: v.to(torch.bfloat16) for k, v in self._w.items() if k.startswith("encoder.")}
-            full = self.encode(list(probes))
+            self.use_half()
             half = self.encode(list(probes), query=True)
             if bool(np.all(np.sum(full * half, axis=1) >= HALF_COSINE)):
                 text, costs = probes[len(probes) // 2], {False: 0.0, True: 0.0}
@@ -219,6 +218,11 @@ class Encoder:
             pass
         self._half = None
         return "float32"
+
+    def use_half(self) -> None:
+        """Embed queries in bfloat16 from now on (the layers' weights converted once)."""
+        torch = self._torch
+        self._half = {k: v.to(torch.bfloat16) for k, v in self._w.items() if k.startswith("encoder.")}
 
     def _cost(self, text: str, query: bool, tries: int) -> float:
         """Seconds `tries` embeddings of `text` take: this thread's CPU time where torch computes

@@ -250,8 +250,7 @@ class Embedder:
                 self._encoder = bert.Encoder(path, shape)
             except ValueError:  # weights named otherwise (an older checkpoint's): left to it below
                 self._encoder = None
-        if self._encoder is not None:
-            self._encoder.encode(["warm up"])
+        if self._encoder is not None:  # its probes warm it up and check it runs
             if self._encoder.choose_query_precision(_PROBES) != "float32":
                 self.distinguishes_kinds = True  # a query's vector is not its passage's: cached apart
             return self._encoder.dim

@@ -59,9 +59,7 @@ class ChunkVectors(Mapping[int, np.ndarray]):
             log.warning("search: %s's chunks could not be read; reading through sqlite-vec", self._table,
                         exc_info=True)
             wanted = np.asarray(rowids).tolist()
-            found = read(self._conn, self._table, wanted, self._dim)
-            for k, rowid in enumerate(wanted):
-                dest[k] = found[rowid]
+            copy_into(read(self._conn, self._table, wanted, self._dim), wanted, dest)
 
     def strictly(self, rowids: Sequence[int]) -> np.ndarray:
         """The vectors of `rowids` from the chunks alone (never through vec0: the trust check)."""
