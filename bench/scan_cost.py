@@ -1,0 +1,214 @@
+"""What the dense scan costs a search, and what an int8 index would save and change (not shipped).
+
+    python bench/scan_cost.py --store /work/bench_cache/campaign@100000            # cost
+    python bench/scan_cost.py --store /work/bench_cache/campaign@100000 --quality  # + answers
+    python bench/scan_cost.py --quality                     # answers on LoCoMo's local conversations
+
+Cost: the live index of a campaign_scale snapshot (item and passage vectors, float16, as the
+sidecar keeps them), each product timed after an idle pause (`--gap`, as turns come) and back to
+back: the shipped `vectors.dot` (split over two threads from 32,768 rows), the same on one thread,
+and torch's weight-only int8 product (`_weight_int8pack_mm`, bfloat16 activations, one byte a
+component, a scale a row) where this torch has it. Each with its largest error against float32
+and the share of the dense channel's top 10 it keeps.
+
+Quality (`--quality`): the fused search with the index's vectors rounded to int8 (a symmetric
+scale per row, then back to float32: the int8 product's answers without its bfloat16 output
+rounding), against float32 and beside the float16 index: LoCoMo's recall, or at a store the
+share of the top 10 kept and of the lists in the same order (as a person and as one character).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ["HF_HUB_OFFLINE"] = "1"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from server_plugin.retrieval.ranking import vectors as V  # noqa: E402
+
+
+def int8_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`rows` as int8 with one scale a row (largest component → ±127; the scale a bfloat16
+    value, so the kernel's bfloat16 scales are exact)."""
+    r = np.asarray(rows, dtype=np.float32)
+    top = np.abs(r).max(axis=1) / 127 * 1.008  # rounded up below: no component past 127
+    scale = torch.from_numpy(np.maximum(top, 1e-12)).to(torch.bfloat16).float().numpy()
+    return np.round(r / scale[:, None]).astype(np.int8), scale
+
+
+def dequantized(rows: np.ndarray) -> np.ndarray:
+    """What an int8 index would hold, back in float32."""
+    q, scale = int8_rows(rows)
+    return q.astype(np.float32) * scale[:, None]
+
+
+def int8_product():
+    """A function `(int8 rows, scales, vector) -> float32 scores`, or None where this torch
+    has no weight-only int8 kernel (its shapes are checked: it fails hard on a dimension not
+    a multiple of 16)."""
+    kernel = getattr(torch, "_weight_int8pack_mm", None)
+    if kernel is None:
+        return None
+
+    def product(q: torch.Tensor, scale: torch.Tensor, vector: np.ndarray) -> np.ndarray:
+        x = torch.from_numpy(np.asarray(vector, dtype=np.float32)[None]).to(torch.bfloat16)
+        return kernel(x, q, scale)[0].float().numpy()
+    return product
+
+
+def timed(fn, gap: float, n: int) -> tuple[float, float]:
+    """p50 and p95 (ms) of `fn()`, each call after `gap` seconds idle."""
+    times = []
+    for _ in range(n + 5):
+        time.sleep(gap)
+        started = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - started) * 1000)
+    times = sorted(times[5:])
+    return statistics.median(times), times[int(len(times) * 0.95)]
+
+
+def cost(store: str, n: int, gaps: list[float]) -> None:
+    svc, folder, live = open_store(store)
+    try:
+        corpus = live.corpus()
+        vectors = [svc.embedder.embed_one(f"where did they meet {i}", 30, kind="query") for i in range(8)]
+        product = int8_product()
+        print(f"{len(corpus.vectors):,} item vectors, {len(corpus.sent_vectors):,} passage vectors, "
+              f"dimension {corpus.vectors.shape[1]}; int8 kernel: {'yes' if product else 'no'}")
+        print("| rows | product | gap s | p50 ms | p95 ms | max error | dense top 10 kept |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for label, rows in (("items", corpus.vectors), ("passages", corpus.sent_vectors)):
+            exact = [rows.astype(np.float32) @ v for v in vectors]
+            ways = {"float16, shipped dot": lambda v: V.dot(rows, v),
+                    "float16, one thread": lambda v: V._dot(rows, v)}
+            if product and rows.shape[1] % 16 == 0:
+                q, scale = int8_rows(rows)
+                qt, st = torch.from_numpy(q), torch.from_numpy(scale).to(torch.bfloat16)
+                ways["int8 (bfloat16 activations)"] = lambda v: product(qt, st, v)
+            for name, way in ways.items():
+                got = [way(v) for v in vectors]
+                error = max(float(np.abs(g - e).max()) for g, e in zip(got, exact))
+                kept = statistics.mean(len(set(np.argsort(-g)[:10]) & set(np.argsort(-e)[:10])) / 10
+                                       for g, e in zip(got, exact))
+                for gap in gaps:
+                    turn = iter(range(10**9))
+                    p50, p95 = timed(lambda: way(vectors[next(turn) % len(vectors)]), gap, n)
+                    print(f"| {label} | {name} | {gap} | {p50:.2f} | {p95:.2f} | {error:.1e} | {kept:.3f} |")
+    finally:
+        shutil.rmtree(folder)
+
+
+def open_store(store: str):
+    """A copy of the snapshot, its services and its loaded (float16) live index."""
+    from server_plugin.app import build_services
+    from server_plugin.retrieval import live_index
+    from server_plugin.settings import load_settings
+
+    folder = tempfile.mkdtemp()
+    shutil.copytree(store, folder, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.lock"))
+    svc = build_services(load_settings({"data_dir": folder, "token": "x" * 20, "worker_enabled": False},
+                                       environ={}))
+    svc.embedder.wait(300)
+    state = live_index.state_of(svc)
+    state.ensure_loaded(600)
+    return svc, folder, state.live
+
+
+def quality_at_store(store: str, n: int) -> None:
+    import campaign_scale as CS
+    from server_plugin.retrieval import live_index
+    from server_plugin.retrieval import search as S
+
+    svc, folder, half_index = open_store(store)
+    try:
+        state = live_index.state_of(svc)
+        full_index = live_index.build(svc.db, state._weights(), False)
+        int8_index = live_index.build(svc.db, state._weights(), False)
+        int8_index.vectors[:int8_index.n] = dequantized(int8_index.vectors[:int8_index.n])
+        int8_index.pvec[:int8_index.pn] = dequantized(int8_index.pvec[:int8_index.pn])
+        _, questions = CS.locomo()
+        counts = {"float16 index (shipped)": [0, 0], "int8 index": [0, 0]}
+        indexes = {"float16 index (shipped)": half_index, "int8 index": int8_index}
+        for viewer in (None, "char00.png"):
+            for q in random.Random(11).sample(questions, n):
+                text = S._dense_text(svc, q, S.query_cast(svc, CS.CHAT))
+                vector = svc.embedder.embed_one(text, 30).view(S.QueryVector)  # float32
+                vector.model_key = svc.embedder.key
+
+                def top(index) -> list[str]:
+                    state.live = index
+                    return [r["id"] for r in S.search(svc, q, chat_id=CS.CHAT, viewer_id=viewer, k=10,
+                                                      vector=vector)]
+                reference = top(full_index)
+                for name, index in indexes.items():
+                    got = top(index)
+                    counts[name][0] += got == reference
+                    counts[name][1] += len(set(got) & set(reference))
+        for name, (same, kept) in counts.items():
+            print(f"{name} against float32: top 10 kept {kept / (20 * n):.4f}, same order {same} of {2 * n}")
+    finally:
+        shutil.rmtree(folder)
+
+
+def quality_on_locomo() -> None:
+    import locomo_proto as LP
+    from server_plugin.retrieval import ranking as R
+    from server_plugin.retrieval.search import params_of
+    from server_plugin.settings import defaults
+
+    params, build = params_of(defaults()), LP.Build()
+    emb = LP.Embedder("/tmp/chronicler_bench/emb_cache.sqlite")
+    preps = [LP.prepare(c, emb, build, params) for c in LP.load(LP.DEFAULT_DATA)]
+    ranked = {}
+    for name, round_rows in (("float32", None), ("float16", lambda r: r.astype(np.float16).astype(np.float32)),
+                             ("int8", dequantized)):
+        runs = []
+        for p in preps:
+            c = p.corpus
+            if round_rows is not None:
+                c = dataclasses.replace(c, vectors=round_rows(c.vectors), sent_vectors=None
+                                        if c.sent_vectors is None else round_rows(c.sent_vectors))
+            runs.append(LP.Prepared(p.conv, p.cast, c, p.queries))
+        print(LP.fmt_table(f"index in {name}", LP.evaluate(runs, params)))
+        ranked[name] = [np.argsort(-R.rank(p.corpus, q, params), kind="stable")[:10].tolist()
+                        for p in runs for q in p.queries]
+    for name in ("float16", "int8"):
+        pairs = list(zip(ranked["float32"], ranked[name]))
+        kept = sum(len(set(a) & set(b)) for a, b in pairs) / (10 * len(pairs))
+        print(f"{name} against float32: top 10 kept {kept:.4f}, same order {sum(a == b for a, b in pairs)} "
+              f"of {len(pairs)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--store", help="a campaign_scale snapshot's folder (copied, never written)")
+    parser.add_argument("--n", type=int, default=40, help="timed calls per product and gap")
+    parser.add_argument("--gaps", default="0.1,0", help="idle seconds before each timed call")
+    parser.add_argument("--quality", action="store_true", help="also the answers with an int8 index")
+    parser.add_argument("--questions", type=int, default=100, help="questions per viewer at the store")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.store:
+        cost(args.store, args.n, [float(g) for g in args.gaps.split(",")])
+    if args.quality:
+        quality_at_store(args.store, args.questions) if args.store else quality_on_locomo()
+
+
+if __name__ == "__main__":
+    main()
