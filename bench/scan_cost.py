@@ -175,8 +175,8 @@ def quality_on_locomo() -> None:
     emb = LP.Embedder("/tmp/chronicler_bench/emb_cache.sqlite")
     preps = [LP.prepare(c, emb, build, params) for c in LP.load(LP.DEFAULT_DATA)]
     ranked = {}
-    for name, round_rows in (("float32", None), ("float16", lambda r: r.astype(np.float16).astype(np.float32)),
-                             ("int8", dequantized)):
+    in_half = lambda r: r.astype(np.float16).astype(np.float32)  # noqa: E731
+    for name, round_rows in (("float32", None), ("float16", in_half), ("int8", dequantized)):
         runs = []
         for p in preps:
             c = p.corpus

@@ -94,6 +94,8 @@ MODELS = [
     _s("embedder_retry_seconds", float, 10.0, "After an embedder failed to load or answer, seconds before it is tried again.", 0.1),
     _s("reembed_batch", int, 16, "Rows the re-embedding after a change of embedder embeds per write.", 1),
     _s("embed_threads", int, 1, "Torch threads for embedding; more than 1 on a small machine slows every query.", 1),
+    _s("embed_query_precision", str, "auto", "A search's query with the packaged MiniLM: auto (in bfloat16 where this CPU runs it clearly faster, "
+       "docs/search.md section 6) or float32 (always, as stored texts are embedded).", choices=("auto", "float32")),
     _s("embed_background_chunk", int, 8, "Texts a background job embeds at a time before a waiting request's query goes first.", 1),
     _s("background_yield_calls", bool, True, "While a request is answered, background work pauses at its calls into the sidecar's own code, holding no lock, until the request is answered (priority.py), so a backlog of jobs does not slow the turn."),
     _s("background_step_aside_seconds", float, 1.0, "Before each job step and each chunk it embeds, background work waits up to this long for the requests in flight, and pauses up to as long again within the step (background_yield_calls; 0: never).", 0),

@@ -187,3 +187,24 @@ def test_an_embedder_with_bfloat16_queries_caches_a_query_apart_from_the_same_pa
 def bert_reference(text: str) -> np.ndarray:
     path = packaged_model_path()
     return bert.Encoder(path, bert.layout(path)).encode([text])[0]
+
+
+def test_the_setting_float32_keeps_every_query_in_float32(tmp_path, embedder):
+    """`embed_query_precision = "float32"`: no precision trial at load, a query's vector is the
+    stored text's (float32, one cache entry for both), whatever this CPU runs faster; health
+    says so. A value other than auto or float32 is refused when the settings load."""
+    from server_plugin.retrieval import embedders
+    from server_plugin.settings import SettingsError, load_settings
+
+    with pytest.raises(SettingsError, match="embed_query_precision"):
+        load_settings({"data_dir": str(tmp_path), "embed_query_precision": "bfloat16"}, environ={})
+    settings = load_settings({"data_dir": str(tmp_path), "embed_query_precision": "float32"}, environ={})
+    model = embedders._make(embedders.key_of(settings), settings).start_loading()
+    model.wait(180)
+    assert model.error is None and model._encoder is not None
+    assert model.status()["query_precision"] == "float32" and not model.distinguishes_kinds
+    text = "Where did Ayla hide the lantern before the storm?"
+    query = model.embed_one(text, 60, kind="query")
+    model._cache.clear()
+    assert np.array_equal(query, model.embed_one(text, 60, kind="passage"))
+    assert np.abs(query - bert_reference(text)).max() < 1e-6

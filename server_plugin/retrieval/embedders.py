@@ -175,7 +175,8 @@ def _make(key: str, settings: Settings) -> Embedder:
         return OpenAICompatible(url, model, api_key=settings.embedder_key, timeout=settings.embedder_timeout,
                                 retry_seconds=settings.embedder_retry_seconds, **common)
     packaged = rest == "all-MiniLM-L6-v2"
-    return Embedder("" if packaged else rest, threads=settings.embed_threads, **common)
+    return Embedder("" if packaged else rest, threads=settings.embed_threads,
+                    query_precision=settings.embed_query_precision, **common)
 
 
 def register(embedder: Embedder) -> Embedder:
