@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import random
+
 import numpy as np
 
-from server_plugin.retrieval import columns
+from server_plugin.retrieval import columns, live_index
 from server_plugin.retrieval import ranking as R
 from server_plugin.retrieval.ranking import score
 
@@ -47,3 +50,44 @@ def test_sw6_spread_postings_are_bounded_by_bytes_and_score_the_same(monkeypatch
         assert kept.spread_cache.nbytes <= score.SPREAD_CACHE_BYTES + 2 * 400 * 16
     kept.spread_cache.clear()
     assert kept.spread_cache.nbytes == 0 and not kept.spread_cache
+
+
+def _row(doc_id: int, kind: str, chat_id: str | None, owner: str | None, known: list[str] | None) -> dict:
+    return {"id": doc_id, "kind": kind, "chat_id": chat_id, "character_id": owner,
+            "known_by": None if known is None else json.dumps(known), "session_key": None,
+            "position": None, "created_at": "2026-01-01T00:00:00Z", "content_len": 10, "cues": 0,
+            "terms": json.dumps({"salt": 1.0}), "cast_version": 0}
+
+
+def test_sw9b_kept_candidate_masks_follow_appended_and_killed_rows():
+    """rule SW9b: the masks a search index keeps between searches (columns.Masks) always equal
+    the mask made afresh, as rows are appended and killed, for every viewer, chats and kinds;
+    a caller changing the mask it got changes nothing kept."""
+    live = live_index.LiveIndex((1.0, 0.6), dim=4)
+    rnd = random.Random(7)
+    next_id = iter(range(1, 10 ** 6))
+
+    def add(count: int) -> None:
+        for _ in range(count):
+            live.append(_row(next(next_id), rnd.choice(["message", "memory", "lore", "character_memory"]),
+                             rnd.choice(["c1", "c2", "c3", None]), rnd.choice([None, "ayla", "bren"]),
+                             rnd.choice([None, None, ["ayla"], ["bren", "cato"]])),
+                        np.ones(4, dtype=np.float32), [])
+
+    asks = [(None, (), None, None), ("bren", ("bren",), ["c1"], ["message", "memory"]),
+            ("ayla", ("ayla", "bren"), ["c1", "c2"], None), ("cato", (), None, ["character_memory"])]
+    add(30)
+    for _ in range(6):
+        for viewer, scopes, chats, kinds in asks:
+            got = live.candidates(viewer, scopes, chats, kinds)
+            fresh = live._candidates(0, live.n, viewer, frozenset(scopes), chats, kinds)
+            assert got.shape == (live.n,) and np.array_equal(got, fresh)
+            got[:] = False
+        add(rnd.randint(0, 5))
+        for doc_id in rnd.sample(sorted(live.row_of), 3):
+            live.kill(doc_id)
+    secret = live.append(_row(next(next_id), "memory", None, None, ["ayla"]), np.ones(4, np.float32), [])
+    assert live.candidates("ayla", (), None, None)[secret]
+    assert not live.candidates("bren", (), None, None)[secret]
+    live.kill(int(live.a["doc_id"][secret]))
+    assert not live.candidates("ayla", (), None, None)[secret]

@@ -31,7 +31,7 @@ from ..services import Services
 from ..store.db import Database, loads
 from . import docs as index
 from . import live_bulk, vec_chunks
-from .columns import Codes, Postings
+from .columns import Codes, Masks, Postings
 from . import ranking as R
 from . import visibility
 
@@ -97,6 +97,7 @@ class LiveIndex:
         self.groups: dict[int, list[tuple[float, int, int]]] = {}  # gid -> sorted (pos, doc id, row)
         self.kinds, self.chats, self.owners = Codes(), Codes(), Codes()
         self.known_sets, self.sessions = Codes(), Codes()
+        self.masks = Masks()  # candidate masks of recent searches (`candidates`)
 
     # -- growing ---------------------------------------------------------------------------------
     def _reserve(self, rows: int, passages: int) -> None:
@@ -161,6 +162,7 @@ class LiveIndex:
         if i is None:
             return
         self.a["alive"][i] = False
+        self.masks.kill(i)
         self.dead += 1
         gid = int(self.a["gid"][i])
         members = self.groups.get(gid)
@@ -231,21 +233,31 @@ class LiveIndex:
     def candidates(self, viewer_id: str | None, scopes: Iterable[str], chat_ids: Sequence[str] | None,
                    kinds: Sequence[str] | None) -> np.ndarray:
         """Live rows of the kinds and chats asked for (and of no chat) that the viewer may know
-        (visibility.py)."""
-        n, a = self.n, self.a
-        mask = a["alive"][:n].copy()
+        (visibility.py). Kept between searches (`columns.Masks`): only rows appended since are
+        decided."""
+        scopes = frozenset(scopes)
+        key = (viewer_id, scopes, None if chat_ids is None else tuple(chat_ids),
+               None if kinds is None else tuple(kinds))
+        return self.masks.get(key, self.n, lambda lo, hi: self._candidates(lo, hi, viewer_id, scopes,
+                                                                            chat_ids, kinds))
+
+    def _candidates(self, lo: int, hi: int, viewer_id: str | None, scopes: frozenset[str],
+                    chat_ids: Sequence[str] | None, kinds: Sequence[str] | None) -> np.ndarray:
+        """`candidates` of rows lo…hi-1."""
+        a = {name: self.a[name][lo:hi] for name in ("alive", "kind", "chat", "known", "owner")}
+        mask = a["alive"].copy()
         if kinds is not None:
             codes = [self.kinds.code[k] for k in kinds if k in self.kinds.code]
-            mask &= np.isin(a["kind"][:n], codes)
+            mask &= np.isin(a["kind"], codes)
         if chat_ids is not None:
             codes = [self.chats.code.get(c, -2) for c in chat_ids]
-            mask &= np.isin(a["chat"][:n], codes) | (a["chat"][:n] == -1)
+            mask &= np.isin(a["chat"], codes) | (a["chat"] == -1)
         if viewer_id is not None:
             scoped_codes = [self.kinds.code[k] for k in visibility.SCOPED_KINDS if k in self.kinds.code]
             mask &= visibility.row_mask(
-                viewer_id, known_sets=self.known_sets.values, known_codes=a["known"][:n],
-                scoped=np.isin(a["kind"][:n], scoped_codes), owners=self.owners.values,
-                owner_codes=a["owner"][:n], scopes=frozenset(scopes))
+                viewer_id, known_sets=self.known_sets.values, known_codes=a["known"],
+                scoped=np.isin(a["kind"], scoped_codes), owners=self.owners.values,
+                owner_codes=a["owner"], scopes=scopes)
         return mask
 
 
