@@ -401,7 +401,10 @@ def measure(data_dir: Path, step: int, questions: list[str], n: int, model, limi
         picked = rnd.sample(questions, min(len(questions), 3 * (n + 10)))
         asks, finds, floors = picked[:n + 10], picked[n + 10:2 * (n + 10)], picked[2 * (n + 10):]
         # New texts at every step: the floor's embedder keeps what it embedded in an earlier step.
-        floors = [f"{q} ({step}, {i})" for i, q in enumerate(floors)] + [f"floor {step} {i}" for i in range(n + 10)]
+        # Enough for both routes (context reads from the front, search from the back) however
+        # few questions are left after the calls' own: a repeated text is a cached vector.
+        floors = [f"{q} ({step}, {i})" for i, q in enumerate(floors)] + [f"floor {step} {i}"
+                                                                         for i in range(2 * (n + 10))]
         ctx = {"chat_id": CHAT, "speaker_id": "char00.png", "context_tokens": 16384,
                "generation_type": "normal", "memory_bank": True,
                "instructions": sentence(rnd, 250), "authors_note": sentence(rnd, 40)}
