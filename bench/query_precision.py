@@ -40,15 +40,39 @@ def encoder_with_half() -> bert.Encoder:
     return enc
 
 
-def on_locomo(enc: bert.Encoder) -> None:
+def locomo_preps():
+    """LoCoMo's local conversations prepared for the ranking core:
+    (locomo_proto, params, its Build, the prepared conversations)."""
     import locomo_proto as LP
-    from server_plugin.retrieval import ranking as R
     from server_plugin.retrieval.search import params_of
     from server_plugin.settings import defaults
 
     params, build = params_of(defaults()), LP.Build()
     emb = LP.Embedder("/tmp/chronicler_bench/emb_cache.sqlite")
-    preps = [LP.prepare(c, emb, build, params) for c in LP.load(LP.DEFAULT_DATA)]
+    return LP, params, build, [LP.prepare(c, emb, build, params) for c in LP.load(LP.DEFAULT_DATA)]
+
+
+def top10(runs, params) -> list[list[int]]:
+    """Every question's top 10 (row numbers) by the ranking core."""
+    from server_plugin.retrieval import ranking as R
+
+    return [np.argsort(-R.rank(p.corpus, q, params), kind="stable")[:10].tolist()
+            for p in runs for q in p.queries]
+
+
+def agreement(name: str, got: list[list], reference: list[list], against: str) -> None:
+    """Print the share of each reference top 10 that `got` keeps, and how many lists keep
+    their order."""
+    pairs = list(zip(got, reference))
+    kept = sum(len(set(a) & set(b)) for a, b in pairs) / (10 * len(pairs))
+    print(f"{name} against {against}: top 10 kept {kept:.4f}, same order "
+          f"{sum(a == b for a, b in pairs)} of {len(pairs)}")
+
+
+def on_locomo(enc: bert.Encoder) -> None:
+    from server_plugin.retrieval import ranking as R
+
+    LP, params, build, preps = locomo_preps()
     ranked = {}
     for query in (False, True):
         runs = []
@@ -59,53 +83,64 @@ def on_locomo(enc: bert.Encoder) -> None:
                                     [R.with_vector(q, v) for q, v in zip(p.queries, vectors)]))
         name = "bfloat16" if query else "float32"
         print(LP.fmt_table(f"queries in {name}", LP.evaluate(runs, params)))
-        ranked[query] = [np.argsort(-R.rank(p.corpus, q, params), kind="stable")[:10].tolist()
-                         for p in runs for q in p.queries]
-    same = sum(a == b for a, b in zip(ranked[False], ranked[True]))
-    print(f"top 10 in the same order: {same} of {len(ranked[False])}")
+        ranked[query] = top10(runs, params)
+    agreement("bfloat16 query", ranked[True], ranked[False], "float32")
 
 
-def on_store(enc: bert.Encoder, store: str, n: int) -> None:
-    import campaign_scale as CS
+def open_snapshot(store: str):
+    """A copy of a campaign_scale snapshot (the caller deletes `folder`), its services and its
+    search state with the (float16) live index loaded: (svc, folder, state)."""
     from server_plugin.app import build_services
     from server_plugin.retrieval import live_index
-    from server_plugin.retrieval import search as S
     from server_plugin.settings import load_settings
 
     folder = tempfile.mkdtemp()
     shutil.copytree(store, folder, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.lock"))
+    svc = build_services(load_settings({"data_dir": folder, "token": "x" * 20, "worker_enabled": False},
+                                       environ={}))
+    svc.embedder.wait(300)
+    state = live_index.state_of(svc)
+    state.ensure_loaded(600)
+    return svc, folder, state
+
+
+def searches(svc, state, n: int, indexes: dict, query_vectors) -> dict[str, list[list[str]]]:
+    """The top 10 ids of `n` LoCoMo questions for a person, then as one character, at a store,
+    with each of `indexes` (name -> live index) swapped in in turn; `query_vectors(text)` gives
+    the vector each name searches with (name -> float32 array)."""
+    import campaign_scale as CS
+    from server_plugin.retrieval import search as S
+
+    _, questions = CS.locomo()
+    out: dict[str, list[list[str]]] = {name: [] for name in indexes}
+    for viewer in (None, "char00.png"):
+        for q in random.Random(11).sample(questions, n):
+            vectors = query_vectors(S._dense_text(svc, q, S.query_cast(svc, CS.CHAT)))
+            for name, index in indexes.items():
+                v = vectors[name].view(S.QueryVector)
+                v.model_key = svc.embedder.key
+                state.live = index
+                out[name].append([r["id"] for r in S.search(svc, q, chat_id=CS.CHAT, viewer_id=viewer,
+                                                            k=10, vector=v)])
+    return out
+
+
+def on_store(enc: bert.Encoder, store: str, n: int) -> None:
+    from server_plugin.retrieval import live_index
+
+    svc, folder, state = open_snapshot(store)
     try:
-        svc = build_services(load_settings({"data_dir": folder, "token": "x" * 20, "worker_enabled": False},
-                                           environ={}))
-        svc.embedder.wait(300)
-        state = live_index.state_of(svc)
-        state.ensure_loaded(600)
         half_index = state.live
         full_index = live_index.build(svc.db, state._weights(), False)
-        _, questions = CS.locomo()
-        counts = {"bfloat16 query": [0, 0], "float16 index": [0, 0]}
 
-        def top(q: str, viewer: str | None, vector: np.ndarray) -> list[str]:
-            v = vector.view(S.QueryVector)
-            v.model_key = svc.embedder.key
-            return [r["id"] for r in S.search(svc, q, chat_id=CS.CHAT, viewer_id=viewer, k=10, vector=v)]
-
-        def count(name: str, got: list[str], reference: list[str]) -> None:
-            counts[name][0] += got == reference
-            counts[name][1] += len(set(got) & set(reference))
-
-        for viewer in (None, "char00.png"):
-            for q in random.Random(11).sample(questions, n):
-                text = S._dense_text(svc, q, S.query_cast(svc, CS.CHAT))
-                full_q, half_q = enc.encode([text])[0], enc.encode([text], query=True)[0]
-                state.live = full_index
-                on_full_index = top(q, viewer, full_q)
-                state.live = half_index
-                shipped = top(q, viewer, full_q)  # the float16 index, a float32 query
-                count("bfloat16 query", top(q, viewer, half_q), shipped)
-                count("float16 index", shipped, on_full_index)
-        for name, (same, kept) in counts.items():
-            print(f"{name}: top 10 kept {kept / (20 * n):.4f}, same order {same} of {2 * n}")
+        def vectors(text: str) -> dict[str, np.ndarray]:
+            full_q, half_q = enc.encode([text])[0], enc.encode([text], query=True)[0]
+            return {"float32 index": full_q, "shipped": full_q, "bfloat16 query": half_q}
+        top = searches(svc, state, n, {"float32 index": full_index, "shipped": half_index,
+                                       "bfloat16 query": half_index}, vectors)
+        agreement("bfloat16 query", top["bfloat16 query"], top["shipped"],
+                  "the float16 index with a float32 query")
+        agreement("float16 index", top["shipped"], top["float32 index"], "a float32 index")
     finally:
         shutil.rmtree(folder)
 

@@ -22,11 +22,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import random
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+import query_precision as QP  # noqa: E402
 from server_plugin.retrieval.ranking import vectors as V  # noqa: E402
 
 
@@ -83,9 +82,9 @@ def timed(fn, gap: float, n: int) -> tuple[float, float]:
 
 
 def cost(store: str, n: int, gaps: list[float]) -> None:
-    svc, folder, live = open_store(store)
+    svc, folder, state = QP.open_snapshot(store)
     try:
-        corpus = live.corpus()
+        corpus = state.live.corpus()
         vectors = [svc.embedder.embed_one(f"where did they meet {i}", 30, kind="query") for i in range(8)]
         product = int8_product()
         print(f"{len(corpus.vectors):,} item vectors, {len(corpus.sent_vectors):,} passage vectors, "
@@ -113,67 +112,29 @@ def cost(store: str, n: int, gaps: list[float]) -> None:
         shutil.rmtree(folder)
 
 
-def open_store(store: str):
-    """A copy of the snapshot, its services and its loaded (float16) live index."""
-    from server_plugin.app import build_services
-    from server_plugin.retrieval import live_index
-    from server_plugin.settings import load_settings
-
-    folder = tempfile.mkdtemp()
-    shutil.copytree(store, folder, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.lock"))
-    svc = build_services(load_settings({"data_dir": folder, "token": "x" * 20, "worker_enabled": False},
-                                       environ={}))
-    svc.embedder.wait(300)
-    state = live_index.state_of(svc)
-    state.ensure_loaded(600)
-    return svc, folder, state.live
-
-
 def quality_at_store(store: str, n: int) -> None:
-    import campaign_scale as CS
     from server_plugin.retrieval import live_index
-    from server_plugin.retrieval import search as S
 
-    svc, folder, half_index = open_store(store)
+    svc, folder, state = QP.open_snapshot(store)
     try:
-        state = live_index.state_of(svc)
         full_index = live_index.build(svc.db, state._weights(), False)
         int8_index = live_index.build(svc.db, state._weights(), False)
         int8_index.vectors[:int8_index.n] = dequantized(int8_index.vectors[:int8_index.n])
         int8_index.pvec[:int8_index.pn] = dequantized(int8_index.pvec[:int8_index.pn])
-        _, questions = CS.locomo()
-        counts = {"float16 index (shipped)": [0, 0], "int8 index": [0, 0]}
-        indexes = {"float16 index (shipped)": half_index, "int8 index": int8_index}
-        for viewer in (None, "char00.png"):
-            for q in random.Random(11).sample(questions, n):
-                text = S._dense_text(svc, q, S.query_cast(svc, CS.CHAT))
-                vector = svc.embedder.embed_one(text, 30).view(S.QueryVector)  # float32
-                vector.model_key = svc.embedder.key
+        indexes = {"float32": full_index, "float16 index (shipped)": state.live, "int8 index": int8_index}
 
-                def top(index) -> list[str]:
-                    state.live = index
-                    return [r["id"] for r in S.search(svc, q, chat_id=CS.CHAT, viewer_id=viewer, k=10,
-                                                      vector=vector)]
-                reference = top(full_index)
-                for name, index in indexes.items():
-                    got = top(index)
-                    counts[name][0] += got == reference
-                    counts[name][1] += len(set(got) & set(reference))
-        for name, (same, kept) in counts.items():
-            print(f"{name} against float32: top 10 kept {kept / (20 * n):.4f}, same order {same} of {2 * n}")
+        def vectors(text: str) -> dict[str, np.ndarray]:
+            vector = svc.embedder.embed_one(text, 30)  # float32
+            return dict.fromkeys(indexes, vector)
+        top = QP.searches(svc, state, n, indexes, vectors)
+        for name in ("float16 index (shipped)", "int8 index"):
+            QP.agreement(name, top[name], top["float32"], "float32")
     finally:
         shutil.rmtree(folder)
 
 
 def quality_on_locomo() -> None:
-    import locomo_proto as LP
-    from server_plugin.retrieval import ranking as R
-    from server_plugin.retrieval.search import params_of
-    from server_plugin.settings import defaults
-
-    params, build = params_of(defaults()), LP.Build()
-    emb = LP.Embedder("/tmp/chronicler_bench/emb_cache.sqlite")
-    preps = [LP.prepare(c, emb, build, params) for c in LP.load(LP.DEFAULT_DATA)]
+    LP, params, _, preps = QP.locomo_preps()
     ranked = {}
     in_half = lambda r: r.astype(np.float16).astype(np.float32)  # noqa: E731
     for name, round_rows in (("float32", None), ("float16", in_half), ("int8", dequantized)):
@@ -185,13 +146,9 @@ def quality_on_locomo() -> None:
                                         if c.sent_vectors is None else round_rows(c.sent_vectors))
             runs.append(LP.Prepared(p.conv, p.cast, c, p.queries))
         print(LP.fmt_table(f"index in {name}", LP.evaluate(runs, params)))
-        ranked[name] = [np.argsort(-R.rank(p.corpus, q, params), kind="stable")[:10].tolist()
-                        for p in runs for q in p.queries]
+        ranked[name] = QP.top10(runs, params)
     for name in ("float16", "int8"):
-        pairs = list(zip(ranked["float32"], ranked[name]))
-        kept = sum(len(set(a) & set(b)) for a, b in pairs) / (10 * len(pairs))
-        print(f"{name} against float32: top 10 kept {kept:.4f}, same order {sum(a == b for a, b in pairs)} "
-              f"of {len(pairs)}")
+        QP.agreement(name, ranked[name], ranked["float32"], "float32")
 
 
 def main() -> None:
