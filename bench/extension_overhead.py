@@ -423,6 +423,9 @@ def measured(stats: dict[str, Any]) -> dict[str, Any]:
         "extra_ms": summary(extra),
         **{name: value for name, value in parts.items() if value["n"]},
         "prefetches_sent": stats["prefetched"],
+        # Context calls the sidecar answered with the turn it assembled at the prefetch (its
+        # Server-Timing says `ahead`: story/ahead.py), of all the generations measured.
+        "context_calls_assembled_ahead": sum(1 for p in stats["parts"] if p.get("ahead")),
     }
 
 

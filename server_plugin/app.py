@@ -45,7 +45,8 @@ def _snake(name: str) -> str:
 def _install_server_timing(app: Flask) -> None:
     """Every answer says the sidecar's own time (`Server-Timing: app;dur=<ms>`, from before the
     checks to the answer), so a caller can tell it from the path's: the page records it for each
-    context call (bench/extension_overhead.py), the plugin's proxy passes it on."""
+    context call (bench/extension_overhead.py), the plugin's proxy passes it on. A route may add
+    marks (`g.chronicler_timing_marks`): `ahead` on a context assembled ahead (story/ahead.py)."""
 
     @app.before_request
     def _started() -> None:
@@ -55,7 +56,8 @@ def _install_server_timing(app: Flask) -> None:
     def _timing(response: Any) -> Any:
         started = g.get("chronicler_started")
         if started is not None:
-            response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.1f}"
+            marks = "".join(f", {mark}" for mark in g.get("chronicler_timing_marks", ()))
+            response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.1f}{marks}"
         return response
 
 

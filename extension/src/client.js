@@ -96,6 +96,15 @@ export function serverMs(header) {
     return match ? Number(match[1]) : undefined;
 }
 
+/**
+ * Whether the sidecar's `Server-Timing` says its answer was assembled ahead (`app;dur=1.4, ahead`:
+ * a context prepared at a prefetch, docs/api.md).
+ * @param {string|null|undefined} header
+ */
+export function madeAhead(header) {
+    return /(?:^|,)\s*ahead\s*(?:[;,]|$)/.test(String(header ?? ''));
+}
+
 /** Percent-encode one id for a path segment (SillyTavern chat ids hold spaces and `@`). */
 export function pathId(id) {
     return encodeURIComponent(String(id));
@@ -120,10 +129,11 @@ export class SidecarClient {
 
     /**
      * One call. Resolves to the parsed JSON body (or null for an empty one); rejects with SidecarError.
-     * `timing`, when given, gets `serverMs`: the sidecar's own part of the call (Server-Timing).
+     * `timing`, when given, gets `serverMs`: the sidecar's own part of the call (Server-Timing),
+     * and `ahead`: whether the sidecar's answer was assembled ahead (`madeAhead`).
      * @param {string} method
      * @param {string} path starting with /v1
-     * @param {{body?: any, timeoutMs?: number, signal?: AbortSignal, timing?: {serverMs?: number}}} [options]
+     * @param {{body?: any, timeoutMs?: number, signal?: AbortSignal, timing?: {serverMs?: number, ahead?: boolean}}} [options]
      */
     async request(method, path, { body, timeoutMs, signal, timing } = {}) {
         const limit = timeoutMs ?? this.timeoutMs;
@@ -159,7 +169,11 @@ export class SidecarClient {
             clearTimeout(timer);
             signal?.removeEventListener('abort', onAbort);
         }
-        if (timing) timing.serverMs = serverMs(response.headers?.get?.('Server-Timing'));
+        if (timing) {
+            const header = response.headers?.get?.('Server-Timing');
+            timing.serverMs = serverMs(header);
+            timing.ahead = madeAhead(header);
+        }
         if (!response.ok) throw errorFromResponse(response.status, text);
         if (!text) return null;
         try {

@@ -189,6 +189,7 @@ export function createInterceptor(deps) {
                 wait: waited, standing: counted - started - waited, request: asked - counted,
                 context: answered - asked, apply: performance.now() - answered,
                 ...(timing.serverMs === undefined ? {} : { server: timing.serverMs }),
+                ...(timing.ahead ? { ahead: true } : {}),
             });
             deps.stats.lastReport = answer?.report ?? null;
             deps.stats.lastError = null;

@@ -12,7 +12,8 @@
    hybrid search results for the same action: older memories, character memories, scene and
    session summaries, and messages that left the live window, as the speaker knows them, SW6/SW9b);
 4. `assemble()` — every budget rule lives there;
-5. `record_turn()`: the chat remembers `context_tokens` (for the live window of the compaction
+5. `record_turn()` (always by the context call itself, also when it takes the answer assembled
+   ahead at a prefetch, ahead.py): the chat remembers `context_tokens` (for the live window of the compaction
    after the turn, RV2); a new turn (not a swipe, a regenerate or a repeated call for the same
    action) counts one use for each card whose triggers fired. Nothing is written when nothing
    changed.
@@ -51,12 +52,14 @@ from ..errors import NotFound
 from ..hooks import Hooks
 from ..jobs.queue import JobKinds
 from ..retrieval import bank
+from ..retrieval import prefetch as prefetcher
 from ..retrieval.visibility import can_see
 from ..services import Services
 from ..settings import Settings
 from ..store import changes
 from ..store.db import Connection, loads
-from . import characters, chats, learned, lore, memories, messages, notes, sessions, sheets, summaries
+from . import (ahead, characters, chats, learned, lore, memories, messages, notes, sessions, sheets,
+               summaries)
 
 # The smallest context size a chat records (shared_schema/chat.json): a smaller budget is still
 # assembled, but it is no model's real window and must not shrink the chat's live window (RV2).
@@ -253,7 +256,51 @@ def saved_memories(svc: Services, chat: dict[str, Any], turn: Turn) -> SavedMemo
 
 def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     """Assemble one turn's context for the speaker; the `POST /v1/context` response."""
+    return answer(svc, data)[0]
+
+
+def answer(svc: Services, data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """`build`, and whether the answer was assembled ahead (ahead.py: the same answer)."""
     turn = Turn.from_request(data)
+    box = ahead.of(svc)
+    prepared = box.take(turn, lambda: svc.db.generation)
+    made_ahead = prepared is not None
+    if prepared is None:
+        prepared = prepare(svc, turn)
+    box.asked(turn)
+    record_turn(svc, prepared.chat, turn, prepared.last, prepared.out)
+    return prepared.result, made_ahead
+
+
+def prefetch(svc: Services, chat_id: str, text: str) -> bool:
+    """`POST /v1/context/prefetch`: embed the action ahead and, when the chat has asked for a
+    context before, assemble the turn it most likely starts (ahead.py). False when the model is
+    not ready (nothing is started)."""
+    if not prefetcher.can_prefetch(svc, text):
+        return False
+    box = ahead.of(svc)
+    guess = box.guess(chat_id, text)
+    claim = box.start(guess, svc.db.generation) if guess is not None else None
+    if claim is None:
+        return prefetcher.prefetch(svc, chat_id, text)
+
+    def assemble_ahead(ran: bool) -> None:  # on the prefetch's thread, once its vector is made
+        prepared = None
+        try:
+            if ran:
+                prepared = prepare(svc, guess)
+        finally:
+            box.finish(claim, prepared)
+
+    started = prefetcher.prefetch(svc, chat_id, text, assemble_ahead)
+    if not started:
+        box.finish(claim, None)
+    return started
+
+
+def prepare(svc: Services, turn: Turn) -> ahead.Prepared:
+    """Everything of a turn but what it writes: its answer, as of the store's current generation."""
+    generation = svc.db.generation
     rules = rules_from(svc.settings)
     # The one slow step, started first on its own thread (the rest of the turn is read meanwhile):
     # an action's own text is the query (QS8); a Continue's is the model's last output, known
@@ -311,10 +358,9 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
     )
     out = assemble(candidates, turn.context_tokens, svc.tokens, rules=rules,
                    history_as_text=turn.history_as_text)
-    record_turn(svc, chat, turn, last, out)
     result = out.to_dict()
     result["report"]["present"] = present
-    return result
+    return ahead.Prepared(generation, chat, last, out, result)
 
 
 def action_key(turn: Turn, last: Message | None) -> str:

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 
-import { CLIENT_CODES, SidecarClient, SidecarError, allowNotFound, clientFor, errorFromResponse, pathId, serverMs } from '../../extension/src/client.js';
+import { CLIENT_CODES, SidecarClient, SidecarError, allowNotFound, clientFor, errorFromResponse, madeAhead, pathId, serverMs } from '../../extension/src/client.js';
 
 test('dc2: the error envelope becomes a typed error with code, message and details', () => {
     const err = errorFromResponse(403, JSON.stringify({ ok: false, error: { code: 'pinned_memory', message: 'Only a person may edit a pinned memory.', details: [{ id: 'm1' }] } }));
@@ -45,6 +45,19 @@ test("serverMs reads the sidecar's own time from Server-Timing; a call given `ti
     const without = {};
     await new SidecarClient({ baseUrl: 'http://sidecar', fetchImpl: answer({}) }).context({}, { timing: without });
     assert.equal(without.serverMs, undefined);
+    assert.equal(without.ahead, false);
+});
+
+test('madeAhead tells a context assembled ahead by its Server-Timing mark', async () => {
+    assert.equal(madeAhead('app;dur=1.4, ahead'), true);
+    assert.equal(madeAhead('ahead;desc="x", app;dur=2'), true);
+    assert.equal(madeAhead('app;dur=12.5'), false);
+    assert.equal(madeAhead('app;dur=3, aheadish'), false);
+    assert.equal(madeAhead(null), false);
+    const timing = {};
+    const fetchImpl = async () => new Response('{}', { status: 200, headers: { 'Server-Timing': 'app;dur=1.1, ahead' } });
+    await new SidecarClient({ baseUrl: 'http://sidecar', fetchImpl }).context({}, { timing });
+    assert.deepEqual(timing, { serverMs: 1.1, ahead: true });
 });
 
 test('dc2: a sidecar that does not answer in time fails with code timeout', async () => {
