@@ -426,6 +426,10 @@ def measured(stats: dict[str, Any]) -> dict[str, Any]:
         # Context calls the sidecar answered with the turn it assembled at the prefetch (its
         # Server-Timing says `ahead`: story/ahead.py), of all the generations measured.
         "context_calls_assembled_ahead": sum(1 for p in stats["parts"] if p.get("ahead")),
+        # Generations whose interceptor took the answer asked for as the generation started (a dry
+        # run: extension/src/early.js); their time includes the early ask's main-thread time. The
+        # network split above then counts the dry run and the recording call among the fetches.
+        "context_calls_taken_early": sum(1 for p in stats["parts"] if p.get("early")),
     }
 
 

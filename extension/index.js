@@ -5,6 +5,7 @@ import { clientFor } from './src/client.js';
 import { stDeps } from './src/campaign.js';
 import { commandUi, registerCommands } from './src/commands.js';
 import { testConnection } from './src/connection.js';
+import { EarlyContext } from './src/early.js';
 import { EventHandlers, listen } from './src/events.js';
 import { Features } from './src/features.js';
 import { RingBuffer, createInterceptor } from './src/interceptor.js';
@@ -62,20 +63,26 @@ state.prefetch = new QueryPrefetch({
     getClient: () => client(), getSettings: settings, features, chatId: () => ctx().getCurrentChatId?.(),
     names: () => ({ user: ctx().name1, char: ctx().name2 }),
 });
+const countStanding = cachedCounter(text => ctx().getTokenCountAsync(text), STANDING_COUNT_MS);
+state.early = new EarlyContext({
+    getContext: ctx, getSettings: settings, getClient: () => client('contextTimeoutMs'), features,
+    sync: state.sync, standingTokens: c => countStanding(standingText(c)),
+    names: () => ({ user: ctx().name1, char: ctx().name2 }),
+});
 const inputBox = () => document.querySelector('#send_textarea');
 let refreshDrawer = null;
 const on = new EventHandlers({
     getContext: ctx, getSettings: settings, sync: state.sync, worker: state.worker, features, state,
     tellMissingRoute: (error) => notices.missingRoute(error), refreshDrawer: () => refreshDrawer?.(),
-    prefetch: state.prefetch, readInput: () => inputBox()?.value ?? '',
+    prefetch: state.prefetch, readInput: () => inputBox()?.value ?? '', early: state.early,
 });
-const countStanding = cachedCounter(text => ctx().getTokenCountAsync(text), STANDING_COUNT_MS);
 globalThis.chroniclerInterceptor = createInterceptor({
     getContext: ctx, getSettings: settings, getClient: () => client('contextTimeoutMs'), sync: state.sync,
     turns: state.turns, injected: state.injected, stats: state.stats, features,
     notifyFailure: (error) => notices.failure(error), notifySuccess: () => notices.success(),
     standingTokens: c => countStanding(standingText(c)),
     tightBudget: new TightBudgetNotice(), notifyTightBudget: message => toast('warning', message, { timeOut: 10000 }),
+    early: state.early,
 });
 globalThis.chronicler = state;
 

@@ -157,3 +157,38 @@ def test_a_replaced_offer_is_told_and_the_same_text_keeps_its_follow_up(services
     gate.set()
     assert done.wait(30)
     assert told == [("second", False), ("third", False), ("first", True), ("fourth", True)]
+
+
+def test_a_dry_run_records_nothing_and_the_same_request_then_takes_its_answer(api, services):
+    """`dry_run`: asked as a generation starts; the call that follows records the turn."""
+    setup_chat(api)
+    ask(api, context_body(ACTION + " (first)"))
+    counted = turn_number(services)
+    text = ACTION + " (asked early)"
+    index_settled(services)
+    dry, _ = ask(api, {**context_body(text, tokens=3000), "dry_run": True})
+    assert turn_number(services) == counted  # nothing recorded
+    chat_row = expect_ok(api.get("/v1/chats/solo"), 200)["chat"]
+    assert chat_row["context_tokens"] != 3000  # not even the context size
+    out, made_ahead = ask(api, context_body(text, tokens=3000))
+    assert made_ahead and out == dry
+    assert turn_number(services) == counted + 1
+    assert expect_ok(api.get("/v1/chats/solo"), 200)["chat"]["context_tokens"] == 3000
+
+
+def test_a_dry_run_followed_by_a_write_is_not_taken(api, services):
+    setup_chat(api)
+    ask(api, context_body(ACTION + " (first)"))
+    text = ACTION + " (asked early, then a memory saved)"
+    index_settled(services)
+    ask(api, {**context_body(text), "dry_run": True})
+    expect_ok(api.post("/v1/memories", json={"text": "Kelmar's ledger is hidden under the mill.",
+                                             "scope": "global", "actor": "user", "pinned": True}), 201)
+    out, made_ahead = ask(api, context_body(text))
+    assert not made_ahead
+    assert "hidden under the mill" in str(out["blocks"])
+
+
+def test_health_lists_dry_runs_so_the_extension_asks_early(api):
+    health = expect_ok(api.get("/v1/health"), 200, "health.response")
+    assert "context_dry_run" in health["capabilities"]

@@ -130,10 +130,11 @@ export class SidecarClient {
     /**
      * One call. Resolves to the parsed JSON body (or null for an empty one); rejects with SidecarError.
      * `timing`, when given, gets `serverMs`: the sidecar's own part of the call (Server-Timing),
-     * and `ahead`: whether the sidecar's answer was assembled ahead (`madeAhead`).
+     * `ahead`: whether the sidecar's answer was assembled ahead (`madeAhead`), and `parseMs`: the
+     * main thread's time reading the answer's JSON.
      * @param {string} method
      * @param {string} path starting with /v1
-     * @param {{body?: any, timeoutMs?: number, signal?: AbortSignal, timing?: {serverMs?: number, ahead?: boolean}}} [options]
+     * @param {{body?: any, timeoutMs?: number, signal?: AbortSignal, timing?: {serverMs?: number, ahead?: boolean, parseMs?: number}}} [options]
      */
     async request(method, path, { body, timeoutMs, signal, timing } = {}) {
         const limit = timeoutMs ?? this.timeoutMs;
@@ -177,7 +178,10 @@ export class SidecarClient {
         if (!response.ok) throw errorFromResponse(response.status, text);
         if (!text) return null;
         try {
-            return JSON.parse(text);
+            const reading = timing ? performance.now() : 0;
+            const parsed = JSON.parse(text);
+            if (timing) timing.parseMs = performance.now() - reading;
+            return parsed;
         } catch {
             throw new SidecarError({ status: response.status, code: CLIENT_CODES.badResponse, message: 'The sidecar answered something that is not JSON.' });
         }

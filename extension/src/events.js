@@ -66,6 +66,8 @@ export function chatIdOf(fileName) {
  * @property {{now: (text: string) => void, sending: (text: string) => void}} [prefetch] the next turn's
  *   query embedding (prefetch.js)
  * @property {() => string} [readInput] the text in SillyTavern's input box
+ * @property {{start: (text: string) => Promise<void>}} [early] the turn's context asked for as its
+ *   generation starts (early.js)
  */
 
 export class EventHandlers {
@@ -179,7 +181,10 @@ export class EventHandlers {
         // The box's text becomes the player's message only after SillyTavern saved the chat (long
         // for a long chat): its query embedding starts now, MESSAGE_SENT corrects it if it differs.
         if (!dryRun && !options?.automatic_trigger && !KEEPS_INPUT.has(type) && s.enabled) {
-            this.deps.prefetch?.sending(this.deps.readInput?.() ?? '');
+            const text = this.deps.readInput?.() ?? '';
+            this.deps.prefetch?.sending(text);
+            // A message sent now: its context is asked for at once, as a dry run (early.js).
+            if (type === undefined || type === 'normal') this.deps.early?.start(text);
         }
     }
 

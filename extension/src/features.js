@@ -23,7 +23,7 @@ export const PROBES = Object.freeze({
 /** The capability in GET /v1/health's `capabilities` that says a feature is there. */
 export const CAPABILITY_OF = Object.freeze({
     search: 'search', sessions: 'sessions', jobs: 'client_jobs', messageIds: 'message_ids', context: 'context',
-    prefetch: 'context_prefetch',
+    prefetch: 'context_prefetch', earlyContext: 'context_dry_run',
 });
 
 /**

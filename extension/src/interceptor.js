@@ -3,6 +3,8 @@
 //
 // It fails open: on a timeout or any error the generation goes on exactly as without the
 // extension, and the user sees one toast per outage (OutageNotifier), not one per turn.
+// When the same request was asked for as the generation started (early.js), its answer is taken
+// and the request sent once more without waiting, for the sidecar to record the turn.
 
 import { isMissingRoute } from './client.js';
 import { applyPrompts, blocksToPrompts, clearPrompts } from './inject.js';
@@ -129,6 +131,7 @@ export class RingBuffer {
  *   standingTokens?: (ctx: any) => Promise<number>,
  *   tightBudget?: import('./reserve.js').TightBudgetNotice,
  *   notifyTightBudget?: (message: string) => void,
+ *   early?: import('./early.js').EarlyContext,
  * }} deps
  */
 export function createInterceptor(deps) {
@@ -159,6 +162,7 @@ export function createInterceptor(deps) {
         // leave the context call the rest of the time limit (ChatSync.settled).
         await deps.sync.settled(chatId, Math.min(settings.syncWaitMs, remaining()));
         const waited = performance.now() - started;
+        let recording = null;
 
         try {
             const { activeMemberIds, isGroup } = chatMembers(ctx);
@@ -176,9 +180,22 @@ export function createInterceptor(deps) {
                 type, chat, memoryBank: settings.memoryBank !== false,
             });
             deps.stats.lastRequest = body;
+            deps.early?.noteSize(chatId, contextSize);
             const asked = performance.now();
-            const timing = {};
-            const answer = await deps.getClient().context(body, { timeoutMs: remaining(), timing });
+            // The early ask's answer (early.js) when it was this request; if it failed, ask here.
+            const early = deps.early?.take(body);
+            const earlyAnswer = early ? await early.promise.catch(() => null) : null;
+            let timing = {};
+            let answer = earlyAnswer;
+            if (earlyAnswer) {
+                timing = early.timing;
+                // The same request once more, not awaited: the sidecar records the turn. The
+                // user's message's upsert waits for it, as it waits for any context call.
+                recording = deps.getClient().context(body, { timeoutMs: settings.contextTimeoutMs })
+                    .then(() => deps.notifySuccess(), error => deps.notifyFailure(error));
+            } else {
+                answer = await deps.getClient().context(body, { timeoutMs: remaining(), timing });
+            }
             const answered = performance.now();
             deps.notifySuccess();
             deps.stats.lastTrimmed = trimToLive(chat, answer?.live_message_ids);
@@ -188,8 +205,10 @@ export function createInterceptor(deps) {
             deps.stats.parts?.push({
                 wait: waited, standing: counted - started - waited, request: asked - counted,
                 context: answered - asked, apply: performance.now() - answered,
-                ...(timing.serverMs === undefined ? {} : { server: timing.serverMs }),
+                // An early answer's sidecar time was spent before the generation started.
+                ...(timing.serverMs === undefined || earlyAnswer ? {} : { server: timing.serverMs }),
                 ...(timing.ahead ? { ahead: true } : {}),
+                ...(earlyAnswer ? { early: true } : {}),
             });
             deps.stats.lastReport = answer?.report ?? null;
             deps.stats.lastError = null;
@@ -201,8 +220,11 @@ export function createInterceptor(deps) {
             if (isMissingRoute(error)) deps.features?.note('context', false);
             deps.notifyFailure(error);
         } finally {
-            deps.sync.release?.(); // the upserts held since GENERATION_STARTED may go now
-            deps.stats.timings.push(performance.now() - started);
+            // The upserts held since GENERATION_STARTED may go now (after the recording call).
+            if (recording) recording.finally(() => deps.sync.release?.());
+            else deps.sync.release?.();
+            // The early ask's main-thread time is this generation's too (early.js).
+            deps.stats.timings.push(performance.now() - started + (deps.early?.drainSpent() ?? 0));
         }
     };
 }

@@ -58,6 +58,10 @@ export const DEFAULTS = Object.freeze({
     // long, or the message sent), so the context call finds it ready (POST /v1/context/prefetch).
     prefetchQuery: true,
     prefetchPauseMs: 400,
+    // Ask for a sent message's context as its generation starts (a dry run), before SillyTavern
+    // saves the chat and renders the message; the interceptor takes that answer when its request
+    // is the same (early.js).
+    earlyContext: true,
 });
 
 /** The file `chronicler install-extension` writes beside the extension folder (URL and token of the sidecar). */

@@ -17,7 +17,7 @@ LIMITS = ("max_body_bytes", "max_import_bytes", "max_store_import_bytes", "max_m
 # that may answer 400 or 404 (a red line in the browser's console).
 CAPABILITIES = ("settings", "search", "sessions", "context", "message_ids", "lore", "episodes", "drafts",
                 "client_jobs", "export", "import", "rollback", "notes", "summaries",
-                "context_prefetch", "export_without_vectors")
+                "context_prefetch", "export_without_vectors", "context_dry_run")
 
 
 @bp.get("/health")

@@ -13,6 +13,10 @@ Otherwise it assembles as before. A context call that arrives while its guessed 
 being assembled waits for that assembly instead of running a second one beside it (two cores).
 What a turn writes (`context.record_turn`) is written by the context call in both cases, never
 ahead. One guess per store is kept: a newer one replaces it.
+
+A dry run (`POST /v1/context` with `dry_run`: the extension asks as a generation starts, before
+SillyTavern saves the chat) answers the same way and records nothing; its answer is kept here
+(`keep`) for the call that follows with the same request, under the same two conditions.
 """
 
 from __future__ import annotations
@@ -87,6 +91,13 @@ class Ahead:
             if self._done is claim:
                 self._prepared = prepared
         claim.set()
+
+    def keep(self, turn: Any, prepared: Prepared) -> None:
+        """A dry run's answer (`dry_run`): the next call with this very request may take it."""
+        with self._lock:
+            self._done.set()  # a call waiting for an earlier guess stops waiting
+            self._turn, self._done, self._prepared = turn, threading.Event(), prepared
+            self._done.set()
 
     def take(self, turn: Any, generation: Any) -> Prepared | None:
         """The answer assembled ahead for exactly `turn`, if nothing was committed since its

@@ -260,13 +260,17 @@ def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def answer(svc: Services, data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """`build`, and whether the answer was assembled ahead (ahead.py: the same answer)."""
+    """`build`, and whether the answer was assembled ahead (ahead.py: the same answer). A dry run
+    (`dry_run`) records nothing and keeps its answer for the next call with the same request."""
     turn = Turn.from_request(data)
     box = ahead.of(svc)
     prepared = box.take(turn, lambda: svc.db.generation)
     made_ahead = prepared is not None
     if prepared is None:
         prepared = prepare(svc, turn)
+    if data.get("dry_run"):  # recorded by the call that follows with this request, if it takes it
+        box.keep(turn, prepared)
+        return prepared.result, made_ahead
     box.asked(turn)
     record_turn(svc, prepared.chat, turn, prepared.last, prepared.out)
     return prepared.result, made_ahead

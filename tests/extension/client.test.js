@@ -57,7 +57,9 @@ test('madeAhead tells a context assembled ahead by its Server-Timing mark', asyn
     const timing = {};
     const fetchImpl = async () => new Response('{}', { status: 200, headers: { 'Server-Timing': 'app;dur=1.1, ahead' } });
     await new SidecarClient({ baseUrl: 'http://sidecar', fetchImpl }).context({}, { timing });
-    assert.deepEqual(timing, { serverMs: 1.1, ahead: true });
+    assert.equal(timing.serverMs, 1.1);
+    assert.equal(timing.ahead, true);
+    assert.ok(timing.parseMs >= 0); // the main thread's time reading the answer
 });
 
 test('dc2: a sidecar that does not answer in time fails with code timeout', async () => {

@@ -38,6 +38,7 @@ test('versions: a warning only when known versions disagree', () => {
 
 test('features come from the capabilities in health when the sidecar lists them', () => {
     assert.deepEqual(fromCapabilities({ capabilities: ['search', 'context', 'client_jobs'] }),
-        { search: true, sessions: false, jobs: true, messageIds: false, context: true, prefetch: false });
+        { search: true, sessions: false, jobs: true, messageIds: false, context: true, prefetch: false, earlyContext: false });
+    assert.equal(fromCapabilities({ capabilities: ['context', 'context_dry_run'] }).earlyContext, true);
     assert.equal(fromCapabilities({ version: '0.0.9' }), null);
 });
