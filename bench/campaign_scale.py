@@ -18,6 +18,9 @@ At each step, against a real sidecar process (waitress) on the store:
 - `POST /v1/context` and `POST /v1/search` p50/p95 over HTTP, each call with a new LoCoMo question
   as the player's action / the query; the floor (one new query embedding, same model, in this
   process) between the calls;
+- the context call as a typed turn reaches it (`context_typed`): the text sent to
+  `POST /v1/context/prefetch` 0.8 s before the call, so the sidecar has the turn assembled ahead
+  (story/ahead.py); p50/p95 of the call, and how many were answered that way;
 - resident memory of the sidecar and every process under it (sum of RSS from /proc);
 - the store's size on disk (the data folder), `chronicler backup` time, `chronicler export` time
   and size, and `chronicler import` of that file into an empty folder;
@@ -286,6 +289,27 @@ def timed_calls(car: Sidecar, route: str, bodies: list[dict], model, floor_texts
             "floor_p50": round(statistics.median(floors), 1), "floor_p95": round(percentile(floors, 95), 1)}
 
 
+def typed_calls(car: Sidecar, bodies: list[dict], pause: float = 0.8, warm: int = 5) -> dict:
+    """`POST /v1/context` as a typed turn reaches it: its text sent to `POST /v1/context/prefetch`
+    (a pause in typing), the call `pause` s later. The sidecar then has the turn assembled ahead
+    (story/ahead.py; its Server-Timing says `ahead`) unless something was written meanwhile."""
+    times, ahead = [], 0
+    for i, body in enumerate(bodies):
+        text = body["last_action"]["text"]
+        car.session.post(f"{car.base}/context/prefetch", json={"chat_id": body["chat_id"], "text": text},
+                         timeout=60).raise_for_status()
+        time.sleep(pause)
+        started = time.perf_counter()
+        response = car.session.post(f"{car.base}/context", json=body, timeout=60)
+        elapsed = (time.perf_counter() - started) * 1000
+        assert response.status_code == 200, response.text[:300]
+        if i >= warm:
+            times.append(elapsed)
+            ahead += "ahead" in response.headers.get("Server-Timing", "")
+    return {"p50": round(statistics.median(times), 1), "p95": round(percentile(times, 95), 1),
+            "n": len(times), "assembled_ahead": ahead}
+
+
 def cli(*args: str) -> tuple[float, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     started = time.perf_counter()
@@ -412,6 +436,9 @@ def measure(data_dir: Path, step: int, questions: list[str], n: int, model, limi
                                      model, floors)
         out["search"] = timed_calls(car, "search", [{"query": q, "chat_id": CHAT, "k": 10} for q in finds],
                                     model, floors[::-1])
+        # The same context call as a typed turn reaches it (prefetched at a pause): new texts.
+        out["context_typed"] = typed_calls(car, [{**ctx, "last_action": {"text": f"{q} (typed)"}}
+                                                 for q in asks[:max(10, n // 2)]])
         out["rss_mb"] = round(tree_rss_mb(car.proc.pid), 0)
         out["items"] = car.session.get(f"{car.base}/health", timeout=5).json()["search"]["rows"]
     finally:
