@@ -10,17 +10,7 @@ from server_plugin.retrieval import live_index
 from server_plugin.retrieval import prefetch as prefetcher
 from server_plugin.story import ahead, context
 from tests.helpers.api import expect_ok
-from tests.helpers.world import character, chat
-
-ACTION = "I ask Mira whether the ledger of Kelmar was ever found after the flood."
-
-
-def setup_chat(api) -> str:
-    character(api, "mira.png", "Mira")
-    chat(api, "solo", ["mira.png"])
-    expect_ok(api.post("/v1/memories", json={"text": "The ledger of Kelmar was lost in the flood.",
-                                             "scope": "global", "actor": "user"}), 201)
-    return "solo"
+from tests.test_prefetch import ACTION, setup_chat
 
 
 def context_body(text: str, tokens: int = 4096) -> dict:
