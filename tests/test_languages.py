@@ -165,6 +165,9 @@ def test_m008_marks_rows_stale_and_the_index_reanalyses_them_in_the_background(a
         live = state.current()
         assert any("黑塔" in terms for terms in live.row_terms)
         assert not index.orphans(svc.db.reader())["docs_without_terms"]
+        generation = svc.db.generation
+        assert index.reanalyse(svc.db, 100) == 0
+        assert svc.db.generation == generation  # none left: nothing written
     finally:
         live_index.stop(svc)
         svc.db.close()

@@ -492,9 +492,11 @@ def count_stale_terms(conn: Connection) -> int:
 
 
 def reanalyse(db: Database, limit: int) -> int:
-    """Today's BM25 terms, length and cues for up to `limit` rows an older analyzer made, in one
-    write transaction, each row a new revision (so the live index replaces it as it does any
-    change); returns how many (0: none is left)."""
+    """Today's BM25 terms, length and cues for up to `limit` rows an older analyzer made, each a new
+    revision, in one write; returns how many (none left: no write, which would move the generation)."""
+    if not db.reader().execute("SELECT 1 FROM docs WHERE analyzer != ? LIMIT 1",
+                               (ANALYZER_VERSION,)).fetchone():
+        return 0
     with db.write() as conn:
         rows = conn.execute("SELECT id, text, created_at, speaker_name FROM docs WHERE analyzer != ? LIMIT ?",
                             (ANALYZER_VERSION, limit)).fetchall()
