@@ -17,9 +17,8 @@
 // The main thread's time of the early ask (building the request, reading the answer) is counted
 // into the next generation's time (`drainSpent`): it is the extension's, wherever it falls.
 
-import { contextRequest } from './interceptor.js';
+import { turnRequest } from './interceptor.js';
 import { expectedMessage } from './prefetch.js';
-import { sidecarBudget } from './reserve.js';
 import { characterAvatar, chatMembers } from './sync/index.js';
 
 export class EarlyContext {
@@ -88,10 +87,9 @@ export class EarlyContext {
         const standing = (await this.deps.standingTokens?.(ctx)) ?? 0;
         if (this.pending !== slot) return;
         began = this.now();
-        const body = contextRequest({
-            chatId, speakerId, presentIds: [speakerId],
-            contextSize: sidecarBudget(contextSize, standing, settings.promptOverheadTokens),
-            type: 'normal', chat: [{ is_user: true, mes: text }], memoryBank: settings.memoryBank !== false,
+        const { body } = turnRequest({
+            chatId, speakerId, presentIds: [speakerId], contextSize, standing, settings,
+            type: 'normal', chat: [{ is_user: true, mes: text }],
         });
         slot.key = JSON.stringify(body);
         slot.timing = {};

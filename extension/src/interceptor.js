@@ -101,6 +101,20 @@ export function contextRequest({ chatId, speakerId, presentIds, contextSize, typ
     };
 }
 
+/**
+ * A turn's `POST /v1/context` body from SillyTavern's prompt size and its standing prompt's tokens,
+ * with the sidecar's budget it carries: the interceptor's request, and the one early.js asks
+ * ahead of it (the two must be the same request for the early answer to be taken).
+ * @returns {{budget: number, body: object}}
+ */
+export function turnRequest({ chatId, speakerId, presentIds, contextSize, standing, settings, type, chat }) {
+    const budget = sidecarBudget(contextSize, standing, settings.promptOverheadTokens);
+    const body = contextRequest({
+        chatId, speakerId, presentIds, contextSize: budget, type, chat, memoryBank: settings.memoryBank !== false,
+    });
+    return { budget, body };
+}
+
 /** Keep the last `size` numbers (per-generation timings, for the panel and the E2E measurement). */
 export class RingBuffer {
     constructor(size = 200) {
@@ -169,16 +183,14 @@ export function createInterceptor(deps) {
             // SillyTavern's own card, persona and system prompt take their part of contextSize first.
             const standing = (await deps.standingTokens?.(ctx)) ?? 0;
             const counted = performance.now();
-            const budget = sidecarBudget(contextSize, standing, settings.promptOverheadTokens);
+            const { budget, body } = turnRequest({
+                chatId, speakerId, presentIds: isGroup ? activeMemberIds : [speakerId],
+                contextSize, standing, settings, type, chat,
+            });
             const tight = deps.tightBudget?.check(chatId, {
                 contextSize, standing, budget, minimum: settings.minMemoryBudgetTokens ?? 0,
             });
             if (tight) deps.notifyTightBudget?.(tight);
-            const body = contextRequest({
-                chatId, speakerId, presentIds: isGroup ? activeMemberIds : [speakerId],
-                contextSize: budget,
-                type, chat, memoryBank: settings.memoryBank !== false,
-            });
             deps.stats.lastRequest = body;
             deps.early?.noteSize(chatId, contextSize);
             const asked = performance.now();

@@ -81,9 +81,7 @@ class Ahead:
             if self._turn == turn and (not self._done.is_set() or (
                     self._prepared is not None and self._prepared.generation == generation)):
                 return None
-            self._done.set()  # a context call waiting for the previous guess stops waiting
-            self._turn, self._done, self._prepared = turn, threading.Event(), None
-            return self._done
+            return self._replace(turn, None)
 
     def finish(self, claim: threading.Event, prepared: Prepared | None) -> None:
         """The assembly claimed by `claim` ended (None: it failed); always called."""
@@ -95,9 +93,13 @@ class Ahead:
     def keep(self, turn: Any, prepared: Prepared) -> None:
         """A dry run's answer (`dry_run`): the next call with this very request may take it."""
         with self._lock:
-            self._done.set()  # a call waiting for an earlier guess stops waiting
-            self._turn, self._done, self._prepared = turn, threading.Event(), prepared
-            self._done.set()
+            self._replace(turn, prepared).set()
+
+    def _replace(self, turn: Any, prepared: Prepared | None) -> threading.Event:
+        # (lock held) The slot now holds `turn`; a call waiting for the previous one stops waiting.
+        self._done.set()
+        self._turn, self._done, self._prepared = turn, threading.Event(), prepared
+        return self._done
 
     def take(self, turn: Any, generation: Any) -> Prepared | None:
         """The answer assembled ahead for exactly `turn`, if nothing was committed since its
