@@ -163,6 +163,22 @@ def test_sw6_window_scores_equal_cosines_with_window_vectors():
         assert np.allclose(got, want, atol=1e-5)
 
 
+def test_sw6_both_windows_at_once_equal_each_window_alone():
+    """rule SW6: the ±1 and ±2 windows computed in one pass (the ±1 neighbours gathered once)
+    are exactly the two computed apart, whatever the weights, from a neighbour table stored a
+    row or a column at a time."""
+    rng = np.random.default_rng(4)
+    gids = np.sort(rng.integers(-1, 6, 60))
+    nbr = R.neighbour_index(gids)
+    scores = rng.normal(size=60).astype(np.float32)
+    for weights in ((1.0, 0.6), (0.7, 0.3), (0.0, 0.6), (0.8, 0.0)):
+        norms = [rng.uniform(0.5, 2.0, 60) for _ in range(2)]
+        want = [R.window_scores(scores, nbr, r, norms[r - 1], weights) for r in (1, 2)]
+        for table in (nbr, np.asfortranarray(nbr)):
+            one, two = R.window_pair(scores, table, norms[0], norms[1], weights)
+            assert np.array_equal(one, want[0]) and np.array_equal(two, want[1]), weights
+
+
 def test_sw6_window_texts_join_neighbours():
     """rule SW6: ±radius window texts do not cross a session boundary."""
     nbr = R.neighbour_index(np.array([1, 1, 1, 2]))
@@ -262,8 +278,9 @@ def test_sw6_group_max_and_top_k():
 
 
 def test_sw6_group_max_is_the_same_whether_sessions_come_in_order_or_interleaved():
-    """group_max takes one max per run when the sessions' rows come one after another, and
-    ufunc.at otherwise: both give every row its session's best candidate."""
+    """group_max takes one max per run of equal session ids, then the runs' maxima per session:
+    a session in one run (its rows one after another) or in many (interleaved with other
+    sessions and with rows of none), every row gets its session's best candidate."""
     rng = np.random.default_rng(3)
     gids = np.sort(rng.integers(-1, 40, 500))
     scores, mask = rng.normal(size=500), rng.random(500) < 0.8
@@ -272,6 +289,48 @@ def test_sw6_group_max_is_the_same_whether_sessions_come_in_order_or_interleaved
     assert np.array_equal(R.group_max(scores, gids, mask), expected)  # in order: runs
     order = rng.permutation(500)
     assert np.array_equal(R.group_max(scores[order], gids[order], mask[order]), expected[order])
+    hidden = mask & (gids != 7)  # a session with no candidate: its rows keep their own scores
+    got = R.group_max(scores, gids, hidden)
+    assert np.array_equal(got[gids == 7], scores[gids == 7])
+    assert np.array_equal(R.group_max(scores, np.full(500, -1)), scores)
+
+
+def test_sw6_top_k_picks_the_same_rows_by_either_selection():
+    """rule SW6: top_k selects with torch where it can (float64 scores) and with numpy
+    otherwise; both give the k best finite scores, best first, ties in item order."""
+    rng = np.random.default_rng(5)
+    scores = rng.normal(size=5000)
+    scores[rng.random(5000) < 0.3] = -np.inf
+    want = np.argsort(-scores, kind="stable")[:50]
+    assert np.array_equal(R.top_k(scores, 50), want)
+    assert np.array_equal(R.top_k(scores.astype(np.float32), 50),
+                          np.argsort(-scores.astype(np.float32), kind="stable")[:50])
+    assert np.array_equal(R.top_k(scores[::2], 50), np.argsort(-scores[::2], kind="stable")[:50])
+    few = np.full(100, -np.inf)
+    few[[7, 3, 90]] = [1.0, 2.0, 1.0]
+    assert list(R.top_k(few, 10)) == [3, 7, 90]  # only the finite ones; the tie in item order
+
+
+def test_sw6_remembered_is_kept_per_candidate_mask_and_bounded():
+    """rule SW6: what ranking keeps between queries (BM25's length normalisation, the length
+    prior) is kept per mask by its bits, made again for another mask, and the memo is bounded;
+    BM25 with the memo equals BM25 without it."""
+    rng = np.random.default_rng(6)
+    index = R.TermIndex.build([{"sword": 1.0 + i % 3, "river": float(i % 2)} for i in range(40)])
+    nbr = R.neighbour_index(np.repeat(np.arange(8), 5))
+    memo: dict = {}
+    masks = [rng.random(40) < 0.7 for _ in range(3)]
+    for mask in masks + masks:
+        kept = R.bm25(index, {"sword": 1.0}, mask=mask, neighbours=nbr, neighbour_weights=(0.9, 0.5),
+                      memo=memo)
+        plain = R.bm25(index, {"sword": 1.0}, mask=mask, neighbours=nbr, neighbour_weights=(0.9, 0.5))
+        assert np.array_equal(kept, plain)
+    assert len(memo) == 3  # one per mask: the second round read them
+    made = []
+    for i in range(R.score.MEMO_ENTRIES + 1):
+        R.remembered(memo, ("other", i), None, lambda: made.append(i))
+    assert len(memo) <= R.score.MEMO_ENTRIES and len(made) == R.score.MEMO_ENTRIES + 1
+    assert R.remembered(None, ("x",), None, lambda: 5) == 5
 
 
 def _toy_corpus(rng: np.random.Generator, n: int = 12, groups: list | None = None):

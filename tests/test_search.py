@@ -186,9 +186,10 @@ def test_sw6_index_follows_writes_edits_and_deletes_without_rebuilding(quiet, se
 
 
 def test_sw6_cached_neighbour_counts_follow_new_messages_edits_and_deletes(quiet, services):
-    """rule SW6 (neighbour context): BM25's per-term spread of counts to session neighbours is
-    cached between queries; after new messages beside a holder, an edit and a delete, every
-    score is still the one computed without the cache."""
+    """rule SW6 (neighbour context): BM25's per-term spread of counts to session neighbours, and
+    its length normalisation per candidate mask (`LiveIndex.memo`), are kept between queries;
+    after new messages beside a holder, an edit and a delete, every score is still the one
+    computed without them, and a change empties the memo."""
     setup_cast(quiet)
     chat(quiet, "ca", [A, B])
     say(quiet, "ca", [("1", "kai", "The lantern went out at the harbour."),
@@ -212,13 +213,23 @@ def test_sw6_cached_neighbour_counts_follow_new_messages_edits_and_deletes(quiet
                                      neighbours=corpus.neighbours,
                                      neighbour_weights=params.neighbour_weights)
                 assert np.array_equal(cached, plain), q
-            assert live.spread_cache  # the cache was filled and used
+                mask = live.candidates(None, (), ["ca"], None)
+                kept = ranking.bm25(corpus.terms, terms, mask=mask, neighbours=corpus.neighbours,
+                                    neighbour_weights=params.neighbour_weights, memo=corpus.memo)
+                fresh = ranking.bm25(corpus.terms, terms, mask=mask, neighbours=corpus.neighbours,
+                                     neighbour_weights=params.neighbour_weights)
+                assert np.array_equal(kept, fresh), q
+            assert live.spread_cache and live.memo  # both were filled and used
 
     for q in queries:
         find(quiet, q)
     compare()
     compare()  # the second pass reads the cache
     say(quiet, "ca", [("5", B, "A second lantern burned on the pier."), ("6", A, "Nobody answered.")])
+    state = live_index.state_of(services)
+    with state.lock:
+        assert not state.current().memo  # the new rows emptied it
+    compare()
     say(quiet, "ca", [("2", A, "I relit the lantern with my last match.")])  # an edit
     expect_ok(quiet.delete("/v1/chats/ca/messages/3"))
     compare()

@@ -84,7 +84,9 @@ class LiveIndex:
         self.cap = capacity
         self.a = {name: np.full(capacity, fill, dtype=dtype) for name, (dtype, fill) in _FIELDS.items()}
         self.vectors = np.zeros((capacity, dim), dtype=self.vtype)
-        self.nbr = np.full((capacity, 4), -1, dtype=np.int64)
+        # Column-major: a query gathers each neighbour column of every row (windows, BM25's
+        # neighbour context), twice as fast from a contiguous column as from a strided one.
+        self.nbr = np.full((capacity, 4), -1, dtype=np.int64, order="F")
         self.pvec = np.zeros((max(16, capacity // 2), dim), dtype=self.vtype)
         self.powner = np.zeros(len(self.pvec), dtype=np.int64)
         self.pn = 0
@@ -92,6 +94,8 @@ class LiveIndex:
         # BM25's neighbour-spread postings per term (ranking.TermIndex.spread_cache); a term is
         # dropped when a row holding it is added or gets new neighbours, so it is never stale.
         self.spread_cache: dict[str, Any] = R.SpreadCache()
+        # What ranking keeps per candidate mask (ranking.remembered): emptied when any row changes.
+        self.memo: dict[Any, Any] = {}
         self.row_terms: list[tuple[str, ...]] = []
         self.row_of: dict[int, int] = {}
         self.groups: dict[int, list[tuple[float, int, int]]] = {}  # gid -> sorted (pos, doc id, row)
@@ -108,7 +112,9 @@ class LiveIndex:
                 grown[: self.n] = self.a[name][: self.n]
                 self.a[name] = grown
             self.vectors = np.concatenate([self.vectors[: self.n], np.zeros((cap - self.n, self.dim), self.vtype)])
-            self.nbr = np.concatenate([self.nbr[: self.n], np.full((cap - self.n, 4), -1, np.int64)])
+            nbr = np.full((cap, 4), -1, dtype=np.int64, order="F")
+            nbr[: self.n] = self.nbr[: self.n]
+            self.nbr = nbr
             self.cap = cap
         if self.pn + passages > len(self.pvec):
             cap = max(len(self.pvec) * 2, self.pn + passages)
@@ -174,6 +180,7 @@ class LiveIndex:
         self._forget_spread(i)
 
     def _forget_spread(self, row: int) -> None:
+        self.memo.clear()  # every row's change reaches here (append, kill, relink)
         for term in self.row_terms[row]:
             self.spread_cache.pop(term, None)
 
@@ -207,6 +214,7 @@ class LiveIndex:
         gid = np.where(self.a["alive"][:n], self.a["gid"][:n], -1)
         self.nbr[:n] = R.neighbour_index(gid, pos, radius=2)
         self.spread_cache.clear()
+        self.memo.clear()
         if n:
             self._norms(np.arange(n))
 
@@ -228,7 +236,7 @@ class LiveIndex:
             sent_vectors=self.pvec[: self.pn] if self.pn else None,
             sent_owner=self.powner[: self.pn] if self.pn else None,
             temporal=a["cues"][:n], content_len=a["content_len"][:n], days=a["day"][:n],
-            speaker_codes=a["owner"][:n], speaker_table=self.owners.code)
+            speaker_codes=a["owner"][:n], speaker_table=self.owners.code, memo=self.memo)
 
     def candidates(self, viewer_id: str | None, scopes: Iterable[str], chat_ids: Sequence[str] | None,
                    kinds: Sequence[str] | None) -> np.ndarray:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Iterable, Mapping
 
 from ...core.text import BM25_STOP_WORDS, MONTHS, analyzer_terms, analyzer_words, script_without_spaces, sentences

@@ -23,7 +23,8 @@ SPLIT_ROWS = 32_768  # from here a scan is halved across two threads (below, the
 _HELPER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chronicler-dot")
 
 
-def _torch():
+def torch_or_none():
+    """The torch module, or None where it is not installed (a trimmed install still ranks)."""
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a dependency; a trimmed install still ranks
@@ -44,7 +45,7 @@ def dot(rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
 def _dot(rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
     if rows.dtype != np.float16:
         return rows @ np.asarray(vector, dtype=rows.dtype)
-    torch = _torch()
+    torch = torch_or_none()
     if torch is None or not rows.flags.c_contiguous:
         query = np.asarray(vector, dtype=np.float32)
         return np.concatenate([rows[i:i + _BLOCK].astype(np.float32) @ query

@@ -55,14 +55,26 @@ def neighbour_sum(
     values: np.ndarray, nbr: np.ndarray, weights: Sequence[float], radius: int | None = None
 ) -> np.ndarray:
     """values[i] + Σ_d weights[d-1] · (values[prev_d(i)] + values[next_d(i)]), rows or scalars."""
+    return _neighbour_sums(values, nbr, weights, [len(weights) if radius is None else radius])[0]
+
+
+def _neighbour_sums(values: np.ndarray, nbr: np.ndarray, weights: Sequence[float],
+                    radii: Sequence[int]) -> list[np.ndarray]:
+    """`neighbour_sum` for each of the increasing `radii`, in one pass: the sum to radius 2 is
+    the sum to radius 1 plus the ±2 neighbours (the same additions in the same order)."""
     out = values.astype(np.float32 if values.ndim > 1 else np.float64, copy=True)
-    radius = len(weights) if radius is None else radius
     # A zero row after the last: "no neighbour" (-1) indexes it, so each column is one plain
     # gather and add (selecting the rows that have a neighbour first took 3x as long).
     padded = np.concatenate([values, np.zeros((1,) + values.shape[1:], dtype=values.dtype)])
-    for col, w in columns(min(radius, nbr.shape[1] // 2), weights):
-        out += w * padded[nbr[:, col]]
-    return out
+    sums, done = [], 0
+    for radius in radii:
+        for col, w in columns(min(radius, nbr.shape[1] // 2), weights):
+            if col >= 2 * done:  # distances up to `done` are in `out` already
+                term = padded[nbr[:, col]]
+                out += term if w == 1.0 else w * term
+        done = max(done, min(radius, nbr.shape[1] // 2))
+        sums.append(out.copy() if radius != radii[-1] else out)
+    return sums
 
 
 def expand_neighbours(
@@ -134,3 +146,11 @@ def window_scores(
     `window_vectors(...) @ q` exactly, in O(n) instead of a second n×384 product.
     """
     return neighbour_sum(item_scores, nbr, weights, radius) / norms
+
+
+def window_pair(item_scores: np.ndarray, nbr: np.ndarray, norms1: np.ndarray, norms2: np.ndarray,
+                weights: Sequence[float] = (1.0, 0.6)) -> tuple[np.ndarray, np.ndarray]:
+    """`window_scores` of radius 1 and of radius 2, equal to the two calls; the ±1 neighbours'
+    scores are gathered once."""
+    one, two = _neighbour_sums(item_scores, nbr, weights, [1, 2])
+    return one / norms1, two / norms2
