@@ -311,6 +311,23 @@ def test_sw6_top_k_picks_the_same_rows_by_either_selection():
     assert list(R.top_k(few, 10)) == [3, 7, 90]  # only the finite ones; the tie in item order
 
 
+def test_sw6_a_rare_terms_spread_summed_sparsely_equals_the_dense_sum(monkeypatch):
+    """rule SW6 (neighbour context): a term held by few rows has its counts spread to their
+    neighbours by sorting those rows; the rows and sums are exactly those of the sum over an
+    array of every row."""
+    rng = np.random.default_rng(7)
+    nbr = R.neighbour_index(np.sort(rng.integers(-1, 30, 400)))
+    cols = R.columns(2, (0.9, 0.5))
+    for holders in (3, 40, 300):
+        ix = np.sort(rng.choice(400, holders, replace=False))
+        tf = rng.integers(1, 4, holders).astype(np.float64)
+        monkeypatch.setattr(R.score, "SPARSE_SPREAD", 0)  # never sparse
+        dense = R.spread(ix, tf, nbr, cols, 400)
+        monkeypatch.setattr(R.score, "SPARSE_SPREAD", 10 ** 9)  # always sparse
+        sparse = R.spread(ix, tf, nbr, cols, 400)
+        assert np.array_equal(dense[0], sparse[0]) and np.array_equal(dense[1], sparse[1]), holders
+
+
 def test_sw6_remembered_is_kept_per_candidate_mask_and_bounded():
     """rule SW6: what ranking keeps between queries (BM25's length normalisation, the length
     prior) is kept per mask by its bits, made again for another mask, and the memo is bounded;
