@@ -9,7 +9,7 @@ import numpy as np
 
 from server_plugin.retrieval import columns, live_index
 from server_plugin.retrieval import ranking as R
-from server_plugin.retrieval.ranking import score
+from server_plugin.retrieval.ranking import lexical
 
 COUNTS = [{"salt": 2.0, "road": 1.0}, {"road": 1.0}, {"tower": 3.0, "salt": 1.0}, {"salt": 1.0}]
 
@@ -42,12 +42,12 @@ def test_sw6_spread_postings_are_bounded_by_bytes_and_score_the_same(monkeypatch
     nbr = R.neighbour_index(np.zeros(400, dtype=np.int64), radius=2)
     plain = R.TermIndex.build(counts)
     kept = R.TermIndex(plain.postings, plain.doc_len, plain.n_docs, R.SpreadCache())
-    monkeypatch.setattr(score, "SPREAD_CACHE_BYTES", 400 * 16 * 2)
+    monkeypatch.setattr(lexical, "SPREAD_CACHE_BYTES", 400 * 16 * 2)
     for i in range(40):
         query = {"salt": 1.0, f"w{i}": 1.0}
         want = R.bm25(plain, query, neighbours=nbr, neighbour_weights=(0.9, 0.5))
         assert np.allclose(R.bm25(kept, query, neighbours=nbr, neighbour_weights=(0.9, 0.5)), want)
-        assert kept.spread_cache.nbytes <= score.SPREAD_CACHE_BYTES + 2 * 400 * 16
+        assert kept.spread_cache.nbytes <= lexical.SPREAD_CACHE_BYTES + 2 * 400 * 16
     kept.spread_cache.clear()
     assert kept.spread_cache.nbytes == 0 and not kept.spread_cache
 

@@ -321,9 +321,9 @@ def test_sw6_a_rare_terms_spread_summed_sparsely_equals_the_dense_sum(monkeypatc
     for holders in (3, 40, 300):
         ix = np.sort(rng.choice(400, holders, replace=False))
         tf = rng.integers(1, 4, holders).astype(np.float64)
-        monkeypatch.setattr(R.score, "SPARSE_SPREAD", 0)  # never sparse
+        monkeypatch.setattr(R.lexical, "SPARSE_SPREAD", 0)  # never sparse
         dense = R.spread(ix, tf, nbr, cols, 400)
-        monkeypatch.setattr(R.score, "SPARSE_SPREAD", 10 ** 9)  # always sparse
+        monkeypatch.setattr(R.lexical, "SPARSE_SPREAD", 10 ** 9)  # always sparse
         sparse = R.spread(ix, tf, nbr, cols, 400)
         assert np.array_equal(dense[0], sparse[0]) and np.array_equal(dense[1], sparse[1]), holders
 
@@ -344,9 +344,9 @@ def test_sw6_remembered_is_kept_per_candidate_mask_and_bounded():
         assert np.array_equal(kept, plain)
     assert len(memo) == 3  # one per mask: the second round read them
     made = []
-    for i in range(R.score.MEMO_ENTRIES + 1):
+    for i in range(R.lexical.MEMO_ENTRIES + 1):
         R.remembered(memo, ("other", i), None, lambda: made.append(i))
-    assert len(memo) <= R.score.MEMO_ENTRIES and len(made) == R.score.MEMO_ENTRIES + 1
+    assert len(memo) <= R.lexical.MEMO_ENTRIES and len(made) == R.lexical.MEMO_ENTRIES + 1
     assert R.remembered(None, ("x",), None, lambda: 5) == 5
 
 

@@ -4,8 +4,9 @@ Nothing here touches the database, the clock or the embedding model. The store c
 it keeps per item at write time with these functions (`analyze`, `dense_text`, `temporal_cues`),
 keeps an in-memory `Corpus` per store, and asks `rank` for scores; `live_index` and `search` own
 the caching and the visibility mask, this package owns the arithmetic, split by what it ranks
-on: `text` (terms, names, cues, passages), `dates`, `windows` (conversation structure) and
-`score` (BM25, fusion, priors, `rank`). This module gathers their public names, so callers read
+on: `text` (terms, names, cues, passages), `dates`, `windows` (conversation structure),
+`lexical` (BM25, and what is kept between queries) and `score` (the channels, fusion, priors,
+`rank`). This module gathers their public names, so callers read
 `ranking.rank`, `ranking.analyze`, … whatever submodule holds them.
 
 How a query is scored (each part measured on LoCoMo with bench/locomo_proto.py; the storage
@@ -27,26 +28,20 @@ design and the measurements at campaign scale are in docs/search.md):
 from __future__ import annotations
 
 from .dates import date_prior, query_dates
+from .lexical import SPREAD_CACHE_TERMS, SpreadCache, TermIndex, bm25, idf, remembered, spread
 from .score import (
-    SPREAD_CACHE_TERMS,
     Corpus,
-    SpreadCache,
     Query,
     RankingParams,
-    TermIndex,
     TextSide,
-    bm25,
     channel_scores,
     dense_query_text,
     fuse,
     group_max,
     dense_trusted,
-    idf,
     prepare_query,
     rank,
-    remembered,
     segment_max,
-    spread,
     text_side,
     top_k,
     with_vector,
