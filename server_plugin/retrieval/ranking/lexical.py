@@ -11,6 +11,7 @@ import numpy as np
 
 from .windows import columns, neighbour_sum
 
+
 @dataclass
 class TermIndex:
     """Postings of the items' own term counts: term -> (row indices, term frequencies).
