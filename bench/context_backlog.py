@@ -5,7 +5,7 @@ serves it in this process with the job worker on, asks for every rolling summary
 (`POST /v1/chats/{id}/summaries/rebuild`: about 1,250 jobs), then sends a context call every
 `--gap` seconds (as turns come, but faster) and times those answered while jobs were pending.
 Prints their p50/p95/max against the same calls' before the backlog (idle), how long the backlog
-took to drain, and the time of each step of `context.build` (p50/p95, idle and busy), with the CPU
+took to drain, and the time of each step of `context.answer` (p50/p95, idle and busy), with the CPU
 time of the thread that answered: wall time above it is time the call waited (for the
 interpreter, a lock or a core) — in process, through Flask's test client (no HTTP).
 
@@ -44,14 +44,15 @@ from server_plugin.retrieval import bank  # noqa: E402
 from server_plugin.settings import load_settings  # noqa: E402
 from server_plugin.story import context
 
-# The steps of context.build, by the module each lives in (context.build calls them through it).
-STEPS = {"build": context, "query_vector_soon": bank, "assemble": context, "story_summary": context,
+# The steps of context.answer (the whole call), by the module each lives in (context.answer calls
+# them through it).
+STEPS = {"answer": context, "query_vector_soon": bank, "assemble": context, "story_summary": context,
          "bank_search": bank, "history": context, "saved_memories": context,
          "story_cards": context, "record_turn": context}
 
 
 class Timings:
-    """The time of each step of context.build, per phase ("idle", "busy"): wall and CPU time of
+    """The time of each step of context.answer, per phase ("idle", "busy"): wall and CPU time of
     the answering thread (ms). Wall minus CPU is time the step waited — for the interpreter,
     a lock or a core — rather than worked."""
 
@@ -61,7 +62,7 @@ class Timings:
         self.cpu: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
 
     def wrap(self) -> "Timings":
-        """Wrap the steps of context.build (once) so each call's times are recorded."""
+        """Wrap the steps of context.answer (once) so each call's times are recorded."""
         for name, module in STEPS.items():
             step = getattr(module, name)
 

@@ -3,7 +3,7 @@
 Takes a copy of a store kept by `campaign_scale.py --fill-only --snapshots` (KEEP@STEP) or by
 `assemble_latency.py --keep`, serves it in this process with the worker off (Flask's test client,
 no HTTP), and times N context calls and N searches, each with a new LoCoMo question: the wall time
-of each step of `context.build` (as `context_backlog.py` splits it) and of the search's own steps
+of each step of `context.answer` (as `context_backlog.py` splits it) and of the search's own steps
 (query embedding, index catch-up and mask, ranking, results), p50/p95. With `--profile PREFIX`
 both phases are profiled into PREFIX.context.prof and PREFIX.search.prof, and the functions with
 the most own time are printed.

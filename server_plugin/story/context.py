@@ -1,6 +1,6 @@
 """The per-turn context (`POST /v1/context`): gather one speaker's candidates, assemble, remember.
 
-`build()` is one pass, in this order:
+`answer()` is one pass, in this order (`prepare()` does steps 1–4 and writes nothing):
 1. the request as a `Turn`, the chat (404 if unknown) and its switches (RV16 memory, RV14 learning);
 2. the live window of the chat (history, RV2) and, from it and the last action, the texts of the
    `card_scan_min_actions` latest actions: presence (SW1) is decided on those, before any budget;
@@ -254,14 +254,10 @@ def saved_memories(svc: Services, chat: dict[str, Any], turn: Turn) -> SavedMemo
 
 # --- the turn -------------------------------------------------------------------------------------
 
-def build(svc: Services, data: dict[str, Any]) -> dict[str, Any]:
-    """Assemble one turn's context for the speaker; the `POST /v1/context` response."""
-    return answer(svc, data)[0]
-
-
 def answer(svc: Services, data: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """`build`, and whether the answer was assembled ahead (ahead.py: the same answer). A dry run
-    (`dry_run`) records nothing and keeps its answer for the next call with the same request."""
+    """One turn's context for the speaker (the `POST /v1/context` response), and whether it was
+    assembled ahead (ahead.py: the same answer). A dry run (`dry_run`) records nothing and keeps
+    its answer for the next call with the same request."""
     turn = Turn.from_request(data)
     box = ahead.of(svc)
     prepared = box.take(turn, lambda: svc.db.generation)
