@@ -22,7 +22,6 @@ a loaded 2-core machine), llama.cpp through node-llama-cpp's prebuilt binaries
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import subprocess

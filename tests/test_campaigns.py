@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.api import expect_error, expect_ok
-from tests.helpers.conversation import drain, iso, job_rows, post, turn_messages
+from tests.helpers.conversation import drain, job_rows, post, turn_messages
 from tests.helpers.episodes import QUIET, chat, end_session, line, post_lines, register_cast
 
 SISTER = "My sister Wren keeps the lighthouse on Gull Rock."

@@ -13,7 +13,7 @@ import pytest
 from server_plugin import store_settings
 from server_plugin.app import create_app
 from server_plugin.settings import TABLE
-from tests.helpers.api import TOKEN, Api, expect_error, expect_ok
+from tests.helpers.api import Api, expect_error, expect_ok
 
 USER = "X-Chronicler-User"
 

@@ -1,7 +1,5 @@
 """Trigger matching, the scan window and presence (rules QS5, QS6, SW1) — server_plugin/core/triggers.py."""
 
-import re
-
 import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st

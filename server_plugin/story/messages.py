@@ -300,11 +300,11 @@ def _index(conn: Connection, row: Any, prepared: index.Prepared, known_by: Itera
 def _insert(svc: Services, conn: Connection, chat_id: str, members: Sequence[str], m: Incoming,
             position: int, now: str, vectors: dict[str, index.Prepared]) -> Any:
     sent_at = m.sent_at or now
-    seq = conn.execute(
+    conn.execute(
         "INSERT INTO messages(chat_id, id, role, name, text, sent_at, turn_id, speaker_id, position,"
         " tokens, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
         (chat_id, m.id, m.role, m.name, m.text, sent_at, m.turn_id, m.speaker_id, position,
-         m.tokens, now, now)).lastrowid
+         m.tokens, now, now))
     witnesses = [*members, m.speaker_id] if m.speaker_id else list(members)
     row = fetch(conn, chat_id, m.id)
     _index(conn, row, _vector(svc, vectors, m.text), witnesses)

@@ -161,7 +161,7 @@ def _rules_of(prompts: dict[str, Prompt]) -> list[str]:
     for rules, keys in same.items():
         names = ", ".join(f'"{k}"' for k in keys)
         where = (f"Its answer goes under {names}, in this format:" if len(keys) == 1 else
-                 f"Each of these sections answers under its own key, in this format:")
+                 "Each of these sections answers under its own key, in this format:")
         out.append(f"- {names}: {rules.replace(_SLOT, where)}")
     return out
 
