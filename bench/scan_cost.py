@@ -1,4 +1,5 @@
-"""What the dense scan costs a search, and what an int8 index would save and change (not shipped).
+"""What the dense scan costs a search, and what an int8 or a bfloat16 index would save and change
+(neither shipped).
 
     python bench/scan_cost.py --store /work/bench_cache/campaign@100000            # cost
     python bench/scan_cost.py --store /work/bench_cache/campaign@100000 --quality  # + answers
@@ -7,19 +8,23 @@
 Cost: the live index of a campaign_scale snapshot (item and passage vectors, float16, as the
 sidecar keeps them), each product timed after an idle pause (`--gap`, as turns come) and back to
 back: the shipped `vectors.dot` (split over two threads from 32,768 rows), the same on one thread,
-and torch's weight-only int8 product (`_weight_int8pack_mm`, bfloat16 activations, one byte a
-component, a scale a row) where this torch has it. Each with its largest error against float32
-and the share of the dense channel's top 10 it keeps.
+torch's `mv` on one thread (what `dot` used before: the same scores), torch's bfloat16 product on
+one thread, and torch's weight-only int8 product (`_weight_int8pack_mm`, bfloat16 activations,
+one byte a component, a scale a row) where this torch has it. Each with its largest error against
+float32 and the share of the dense channel's top 10 it keeps.
 
 Quality (`--quality`): the fused search with the index's vectors rounded to int8 (a symmetric
 scale per row, then back to float32: the int8 product's answers without its bfloat16 output
-rounding), against float32 and beside the float16 index: LoCoMo's recall, or at a store the
-share of the top 10 kept and of the lists in the same order (as a person and as one character).
+rounding) and with torch's bfloat16 product (rows, query and scores rounded to bfloat16, as a
+bfloat16 index would compute them), against float32 and beside the float16 index: LoCoMo's
+recall, or at a store the share of the top 10 kept and of the lists in the same order (as a
+person and as one character).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -37,6 +42,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import query_precision as QP  # noqa: E402
+from server_plugin.retrieval.ranking import score  # noqa: E402
 from server_plugin.retrieval.ranking import vectors as V  # noqa: E402
 
 
@@ -53,6 +59,28 @@ def dequantized(rows: np.ndarray) -> np.ndarray:
     """What an int8 index would hold, back in float32."""
     q, scale = int8_rows(rows)
     return q.astype(np.float32) * scale[:, None]
+
+
+def bfloat16_product(rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """The scores a bfloat16 index would give: rows and query rounded to bfloat16, torch's
+    product (its sums in float32, its results rounded to bfloat16)."""
+    r = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)).to(torch.bfloat16)
+    return torch.mv(r, torch.from_numpy(np.asarray(vector, dtype=np.float32)).to(torch.bfloat16)).float().numpy()
+
+
+@contextlib.contextmanager
+def bfloat16_for(arrays: list[np.ndarray] | None):
+    """Ranking's products made by `bfloat16_product` for rows of `arrays` (None: for every row)."""
+    real = score.dot
+
+    def dot(rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        ours = arrays is None or any(rows is a or rows.base is a for a in arrays)
+        return bfloat16_product(rows, vector) if ours else real(rows, vector)
+    score.dot = dot
+    try:
+        yield
+    finally:
+        score.dot = real
 
 
 def int8_product():
@@ -94,7 +122,12 @@ def cost(store: str, n: int, gaps: list[float]) -> None:
         for label, rows in (("items", corpus.vectors), ("passages", corpus.sent_vectors)):
             exact = [rows.astype(np.float32) @ v for v in vectors]
             ways = {"float16, shipped dot": lambda v: V.dot(rows, v),
-                    "float16, one thread": lambda v: V._dot(rows, v)}
+                    "float16, one thread": lambda v: V._dot(rows, v),
+                    "float16, torch.mv, one thread": lambda v: torch.mv(torch.from_numpy(rows), torch.from_numpy(
+                        np.asarray(v, dtype=np.float16))).numpy().astype(np.float32)}
+            as_bf16 = torch.from_numpy(rows.astype(np.float32)).to(torch.bfloat16)
+            ways["bfloat16, one thread"] = lambda v: torch.mv(as_bf16, torch.from_numpy(
+                np.asarray(v, dtype=np.float32)).to(torch.bfloat16)).float().numpy()
             if product and rows.shape[1] % 16 == 0:
                 q, scale = int8_rows(rows)
                 qt, st = torch.from_numpy(q), torch.from_numpy(scale).to(torch.bfloat16)
@@ -121,13 +154,16 @@ def quality_at_store(store: str, n: int) -> None:
         int8_index = live_index.build(svc.db, state._weights(), False)
         int8_index.vectors[:int8_index.n] = dequantized(int8_index.vectors[:int8_index.n])
         int8_index.pvec[:int8_index.pn] = dequantized(int8_index.pvec[:int8_index.pn])
-        indexes = {"float32": full_index, "float16 index (shipped)": state.live, "int8 index": int8_index}
+        bf16_index = live_index.build(svc.db, state._weights(), False)  # float32 rows, bfloat16 products
+        indexes = {"float32": full_index, "float16 index (shipped)": state.live, "int8 index": int8_index,
+                   "bfloat16 index": bf16_index}
 
         def vectors(text: str) -> dict[str, np.ndarray]:
             vector = svc.embedder.embed_one(text, 30)  # float32
             return dict.fromkeys(indexes, vector)
-        top = QP.searches(svc, state, n, indexes, vectors)
-        for name in ("float16 index (shipped)", "int8 index"):
+        with bfloat16_for([bf16_index.vectors, bf16_index.pvec]):
+            top = QP.searches(svc, state, n, indexes, vectors)
+        for name in ("float16 index (shipped)", "int8 index", "bfloat16 index"):
             QP.agreement(name, top[name], top["float32"], "float32")
     finally:
         shutil.rmtree(folder)
@@ -137,7 +173,7 @@ def quality_on_locomo() -> None:
     LP, params, _, preps = QP.locomo_preps()
     ranked = {}
     in_half = lambda r: r.astype(np.float16).astype(np.float32)  # noqa: E731
-    for name, round_rows in (("float32", None), ("float16", in_half), ("int8", dequantized)):
+    for name, round_rows in (("float32", None), ("float16", in_half), ("int8", dequantized), ("bfloat16", None)):
         runs = []
         for p in preps:
             c = p.corpus
@@ -145,9 +181,10 @@ def quality_on_locomo() -> None:
                 c = dataclasses.replace(c, vectors=round_rows(c.vectors), sent_vectors=None
                                         if c.sent_vectors is None else round_rows(c.sent_vectors))
             runs.append(LP.Prepared(p.conv, p.cast, c, p.queries))
-        print(LP.fmt_table(f"index in {name}", LP.evaluate(runs, params)))
-        ranked[name] = QP.top10(runs, params)
-    for name in ("float16", "int8"):
+        with bfloat16_for(None) if name == "bfloat16" else contextlib.nullcontext():
+            print(LP.fmt_table(f"index in {name}", LP.evaluate(runs, params)))
+            ranked[name] = QP.top10(runs, params)
+    for name in ("float16", "int8", "bfloat16"):
         QP.agreement(name, ranked[name], ranked["float32"], "float32")
 
 
