@@ -61,11 +61,15 @@ def dequantized(rows: np.ndarray) -> np.ndarray:
     return q.astype(np.float32) * scale[:, None]
 
 
-def bfloat16_product(rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
-    """The scores a bfloat16 index would give: rows and query rounded to bfloat16, torch's
-    product (its sums in float32, its results rounded to bfloat16)."""
-    r = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)).to(torch.bfloat16)
-    return torch.mv(r, torch.from_numpy(np.asarray(vector, dtype=np.float32)).to(torch.bfloat16)).float().numpy()
+def bfloat16_rows(rows: np.ndarray) -> torch.Tensor:
+    """What a bfloat16 index would hold: the rows rounded to bfloat16."""
+    return torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)).to(torch.bfloat16)
+
+
+def bfloat16_product(rows: torch.Tensor, vector: np.ndarray) -> np.ndarray:
+    """The scores a bfloat16 index would give from its `bfloat16_rows`: the query rounded to
+    bfloat16 too, torch's product (its sums in float32, its results rounded to bfloat16)."""
+    return torch.mv(rows, torch.from_numpy(np.asarray(vector, dtype=np.float32)).to(torch.bfloat16)).float().numpy()
 
 
 @contextlib.contextmanager
@@ -75,7 +79,7 @@ def bfloat16_for(arrays: list[np.ndarray] | None):
 
     def dot(rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
         ours = arrays is None or any(rows is a or rows.base is a for a in arrays)
-        return bfloat16_product(rows, vector) if ours else real(rows, vector)
+        return bfloat16_product(bfloat16_rows(rows), vector) if ours else real(rows, vector)
     score.dot = dot
     try:
         yield
@@ -125,9 +129,8 @@ def cost(store: str, n: int, gaps: list[float]) -> None:
                     "float16, one thread": lambda v: V._dot(rows, v),
                     "float16, torch.mv, one thread": lambda v: torch.mv(torch.from_numpy(rows), torch.from_numpy(
                         np.asarray(v, dtype=np.float16))).numpy().astype(np.float32)}
-            as_bf16 = torch.from_numpy(rows.astype(np.float32)).to(torch.bfloat16)
-            ways["bfloat16, one thread"] = lambda v: torch.mv(as_bf16, torch.from_numpy(
-                np.asarray(v, dtype=np.float32)).to(torch.bfloat16)).float().numpy()
+            as_bf16 = bfloat16_rows(rows)
+            ways["bfloat16, one thread"] = lambda v: bfloat16_product(as_bf16, v)
             if product and rows.shape[1] % 16 == 0:
                 q, scale = int8_rows(rows)
                 qt, st = torch.from_numpy(q), torch.from_numpy(scale).to(torch.bfloat16)
