@@ -245,6 +245,7 @@ SEARCH = [
        choices=("first_person", "strip")),
     _s("search_reanalyse_batch", int, 200, "Rows whose BM25 terms an older analyzer made, re-analysed per background write transaction.", 1),
     _s("search_half_vectors", bool, True, "Keep the in-memory search index's vectors in float16: half the memory and a faster dense scan at campaign size (cosines within 3e-4 of float32)."),
+    _s("search_refine_rows", int, 300, "Dense scan in two passes: every row over an int8 copy of the index's vectors, then this many best rows rescored exactly (at campaign size about a third of the scan's cost). 0: every row scored exactly, no int8 copy (read when the index is built).", 0),
     _s("search_rebuild_share", float, 0.1, "Rebuild the in-memory index in the background once this share of its rows are dead (edits, deletes).", 0.01),
 ]
 

@@ -33,6 +33,7 @@ from . import docs as index
 from . import live_bulk, vec_chunks
 from .columns import Codes, Masks, Postings
 from . import ranking as R
+from .ranking import vectors as V
 from . import visibility
 
 log = logging.getLogger(__name__)
@@ -72,10 +73,12 @@ class LiveIndex:
     """
 
     def __init__(self, window_weights: Sequence[float], capacity: int = 1024, dim: int = DIM,
-                 half: bool = False) -> None:
+                 half: bool = False, coarse: bool = False) -> None:
         self.window_weights, self.dim = tuple(window_weights), dim
         # float16 vectors (`search_half_vectors`): half the memory; ranking.dot multiplies them.
         self.vtype = np.float16 if half else np.float32
+        # int8 copies of the item and passage vectors for ranking's first pass (`search_refine_rows`)
+        self.coarse = (V.Int8Rows(dim), V.Int8Rows(dim)) if coarse and dim % V.INT8_DIM_STEP == 0 else None
         self.n = 0
         self.dead = 0
         self.rev = 0
@@ -236,7 +239,9 @@ class LiveIndex:
             sent_vectors=self.pvec[: self.pn] if self.pn else None,
             sent_owner=self.powner[: self.pn] if self.pn else None,
             temporal=a["cues"][:n], content_len=a["content_len"][:n], days=a["day"][:n],
-            speaker_codes=a["owner"][:n], speaker_table=self.owners.code, memo=self.memo)
+            speaker_codes=a["owner"][:n], speaker_table=self.owners.code, memo=self.memo,
+            coarse=self.coarse[0].sync(self.vectors, n) if self.coarse else None,
+            coarse_sent=self.coarse[1].sync(self.pvec, self.pn) if self.coarse and self.pn else None)
 
     def candidates(self, viewer_id: str | None, scopes: Iterable[str], chat_ids: Sequence[str] | None,
                    kinds: Sequence[str] | None) -> np.ndarray:
@@ -287,10 +292,11 @@ def _add_rows(live: LiveIndex, rows: Sequence[Any], vecs: dict[int, np.ndarray],
         live.append(r, vector, passages, link=link)
 
 
-def build(db: Database, window_weights: Sequence[float], half: bool = False) -> LiveIndex:
-    """A fresh LiveIndex of every docs row, from one consistent snapshot (`half`: float16 vectors)."""
+def build(db: Database, window_weights: Sequence[float], half: bool = False, coarse: bool = False) -> LiveIndex:
+    """A fresh LiveIndex of every docs row, from one consistent snapshot (`half`: float16 vectors;
+    `coarse`: with int8 copies for ranking's first pass, made here in one batch)."""
     with db.read() as conn:
-        live = LiveIndex(window_weights, dim=index.model(conn)[1], half=half)
+        live = LiveIndex(window_weights, dim=index.model(conn)[1], half=half, coarse=coarse)
         live.rev = index.revision(conn)
         live.cast_version = index.cast_version(conn)
         count, batches = index.rows_in_batches(conn, _COLUMNS, live_bulk.BATCH)
@@ -298,6 +304,7 @@ def build(db: Database, window_weights: Sequence[float], half: bool = False) -> 
         live_bulk.load(live, batches, vec_chunks.row_ids(conn, "docs_vec"),
                        lambda: index.item_vectors(conn, None), lambda: index.passage_vectors(conn, None), _day)
     live.link_all()
+    live.corpus()  # the int8 copies, if any, now rather than in the first query
     return live
 
 
@@ -351,14 +358,16 @@ class SearchState:
         s = self.svc.settings
         return (s.search_window_w1, s.search_window_w2)
 
-    def _build(self) -> LiveIndex:
-        return build(self.svc.db, self._weights(), self.svc.settings.search_half_vectors)
+    def fresh(self) -> LiveIndex:
+        """A new index of the store as the settings ask for it (not installed)."""
+        s = self.svc.settings
+        return build(self.svc.db, self._weights(), s.search_half_vectors, s.search_refine_rows > 0)
 
     def load(self) -> None:
         """Build the index (at start-up, or on the first query without a background thread)."""
         started = time.perf_counter()
         try:
-            fresh = self._build()
+            fresh = self.fresh()
             with self.lock:
                 self.live = fresh
                 catch_up(fresh, self.svc.db)
@@ -386,7 +395,7 @@ class SearchState:
         live.set_window_weights(self._weights())
         limit = max(2000, live.n // 4)
         if not catch_up(live, self.svc.db, limit):
-            self.live = live = self._build()
+            self.live = live = self.fresh()
             catch_up(live, self.svc.db)
         return live
 
@@ -398,7 +407,7 @@ class SearchState:
             live = self.current()
             rebuild = live.n and live.dead / live.n > self.svc.settings.search_rebuild_share
         if rebuild:
-            fresh = self._build()
+            fresh = self.fresh()
             with self.lock:
                 catch_up(fresh, self.svc.db)
                 self.live = fresh

@@ -215,8 +215,7 @@ def switch(svc: Services, target: Embedder) -> bool:
             conn.execute("DELETE FROM reembed_vectors")
         svc.embedder = target
         if state.live is not None:  # the new model's vectors, before any query is embedded with it
-            s = svc.settings
-            state.live = live_index.build(svc.db, (s.search_window_w1, s.search_window_w2), s.search_half_vectors)
+            state.live = state.fresh()
     move = move_of(svc)
     with move.lock:
         move.target, move.error = None, None

@@ -12,8 +12,9 @@ import numpy as np
 from .dates import date_prior, query_dates
 from .lexical import TermIndex, bm25, remembered
 from .text import Cast, analyze, is_temporal_query, rewrite_query
-from .vectors import dot, torch_or_none
-from .windows import window_pair, window_scores
+from . import refine
+from .vectors import dot, int8_dot, int8_ready, torch_or_none
+from .windows import group_max, window_pair, window_scores
 
 # ---------------------------------------------------------------------------------------------
 # Fusion
@@ -50,8 +51,10 @@ def fuse(
     channels: Mapping[str, np.ndarray],
     weights: Mapping[str, float],
     mask: np.ndarray | None = None,
+    stats: dict[str, tuple[float, float]] | None = None,
 ) -> np.ndarray:
-    """Weighted sum of each channel's z-scores over the candidates (weight-0 channels skipped)."""
+    """Weighted sum of each channel's z-scores over the candidates (weight-0 channels skipped).
+    `stats`, when given, receives the mean and standard deviation of each channel summed."""
     n = len(next(iter(channels.values()))) if channels else 0
     total = np.zeros(n, dtype=np.float64)
     offset = 0.0
@@ -65,26 +68,9 @@ def fuse(
             # w·(x − mean)/sd as one scaled add per channel and one constant for them all
             total += scores * (w / sd)
             offset -= w * mean / sd
+            if stats is not None:
+                stats[name] = (mean, sd)
     return total + offset if offset else total
-
-
-def group_max(scores: np.ndarray, gids: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-    """For each item, the best candidate score of its group (its own score if ungrouped)."""
-    if not len(gids) or int(gids.max()) < 0:
-        return scores.astype(np.float64, copy=True)
-    # One max per run of equal group ids in row order (the store appends a session's messages
-    # one after another, so a session is one or a few runs), then the runs' maxima per group:
-    # no copy of the candidates, and ufunc.at only over the runs (over every row it is several
-    # times slower). A row outside `mask` or of no group counts as -inf.
-    pool = gids >= 0 if mask is None else (gids >= 0) & mask
-    values = np.where(pool, scores, -np.inf)
-    starts = np.concatenate(([0], np.flatnonzero(gids[1:] != gids[:-1]) + 1))
-    run_best = np.maximum.reduceat(values, starts)
-    # best[-1] stays -inf: the slot rows of no group (gid -1) read below
-    best = np.full(int(gids.max()) + 2, -np.inf)
-    np.maximum.at(best, gids[starts], run_best)
-    found = best[gids]
-    return np.where(np.isfinite(found), found, scores).astype(np.float64, copy=False)
 
 
 def segment_max(values: np.ndarray, owners: np.ndarray, n_items: int, fill: np.ndarray) -> np.ndarray:
@@ -133,6 +119,7 @@ class RankingParams:
     date_after_days: float
     date_tau_days: float
     query_person: str  # dense query: "first_person" or "strip"
+    refine_rows: int  # rescored exactly after a first pass over an int8 copy (refine.py); 0: none
     # Not settings: the stored counts hold single stems only (bigrams were flat on LoCoMo and
     # double the postings); the benchmarks measure them.
     bigrams: bool = False  # adjacent-stem bigrams in BM25 terms
@@ -181,6 +168,10 @@ class Corpus:
     # What ranking keeps between queries over these very rows (`remembered`); its owner empties
     # it when a row changes. None: nothing kept (a corpus built for one use).
     memo: dict[Any, Any] | None = None
+    # int8 copies of `vectors` and `sent_vectors` (vectors.Int8Rows: rows, scale bits) for the
+    # first pass of the dense scan (`refine`); None: no first pass.
+    coarse: tuple[np.ndarray, np.ndarray] | None = None
+    coarse_sent: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -258,11 +249,13 @@ def text_channels(
     )}
 
 
-def dense_channels(corpus: Corpus, vector: np.ndarray, params: RankingParams) -> dict[str, np.ndarray]:
+def dense_channels(corpus: Corpus, vector: np.ndarray, params: RankingParams,
+                   coarse: bool = False) -> dict[str, np.ndarray]:
     """The channels computed from the query's vector: the item's own cosine, its windows' and
-    its best passage's (weight-0 windows and passages skipped)."""
+    its best passage's (weight-0 windows and passages skipped). `coarse`: from the corpus's
+    int8 copies (approximate, see `refine`)."""
     out: dict[str, np.ndarray] = {}
-    base = dot(corpus.vectors, vector)
+    base = int8_dot(*corpus.coarse, vector) if coarse and corpus.coarse else dot(corpus.vectors, vector)
     out["dense"] = base
     if corpus.win_vectors is not None:
         if params.w_dense_win1:
@@ -281,7 +274,8 @@ def dense_channels(corpus: Corpus, vector: np.ndarray, params: RankingParams) ->
         elif two:
             out["dense_win2"] = window_scores(base, nbr, 2, corpus.win2_norm, params.window_weights)
     if params.w_dense_sent and corpus.sent_vectors is not None and len(corpus.sent_vectors):
-        sims = dot(corpus.sent_vectors, vector)
+        sims = (int8_dot(*corpus.coarse_sent, vector) if coarse and corpus.coarse_sent
+                else dot(corpus.sent_vectors, vector))
         out["dense_sent"] = np.maximum(base, segment_max(sims, corpus.sent_owner, len(corpus), base))
     return out
 
@@ -349,14 +343,28 @@ def rank(
         return np.zeros(0, dtype=np.float64)
     if text is None:
         text = text_side(corpus, query, params, mask)
-    channels = {**text.channels, **dense_channels(corpus, query.vector, params)}
-    score = fuse(channels, params.channel_weights(), mask)
+    # A first pass over the int8 copy, then the best rows rescored exactly (refine.py): a
+    # campaign's dense scan at a fraction of the cost, the same answers in its top rows.
+    coarse = bool(params.refine_rows and corpus.coarse is not None and corpus.win_vectors is None
+                  and (len(corpus) if mask is None else np.count_nonzero(mask)) > params.refine_rows
+                  and int8_ready(corpus.vectors.shape[1]))
+    channels = {**text.channels, **dense_channels(corpus, query.vector, params, coarse)}
+    stats: dict[str, tuple[float, float]] = {}
+    score = fuse(channels, params.channel_weights(), mask, stats)
     if text.priors is not None:
         score += text.priors
+    fused, session = score, None
     if params.w_session:
-        score += params.w_session * zscore(group_max(score, corpus.gids, mask), mask)
+        best = group_max(score, corpus.gids, mask)
+        mean, sd, count = _stats(best, mask)
+        if count and sd >= 1e-12:  # else zscore's zeros: no session prior at all
+            session = (mean, sd)
+            score = score + params.w_session * ((best - mean) / sd)
     if mask is not None:
         score = np.where(mask, score, -np.inf)
+    if coarse:
+        score = refine.rescored(corpus, query.vector, params, score,
+                                refine.Pass(channels, stats, text.priors, fused, session))
     return score
 
 

@@ -59,20 +59,23 @@ def neighbour_sum(
 
 
 def _neighbour_sums(values: np.ndarray, nbr: np.ndarray, weights: Sequence[float],
-                    radii: Sequence[int]) -> list[np.ndarray]:
+                    radii: Sequence[int], rows: np.ndarray | None = None) -> list[np.ndarray]:
     """`neighbour_sum` for each of the increasing `radii`, in one pass: the sum to radius 2 is
-    the sum to radius 1 plus the ±2 neighbours (the same additions in the same order)."""
-    out = values.astype(np.float32 if values.ndim > 1 else np.float64, copy=True)
+    the sum to radius 1 plus the ±2 neighbours (the same additions in the same order).
+    `rows`: the sums of those rows only (in that order)."""
+    own = values if rows is None else values[rows]
+    table = nbr if rows is None else nbr[rows]
+    out = own.astype(np.float32 if values.ndim > 1 else np.float64, copy=True)
     # A zero row after the last: "no neighbour" (-1) indexes it, so each column is one plain
     # gather and add (selecting the rows that have a neighbour first took 3x as long).
     padded = np.concatenate([values, np.zeros((1,) + values.shape[1:], dtype=values.dtype)])
     sums, done = [], 0
     for radius in radii:
-        for col, w in columns(min(radius, nbr.shape[1] // 2), weights):
+        for col, w in columns(min(radius, table.shape[1] // 2), weights):
             if col >= 2 * done:  # distances up to `done` are in `out` already
-                term = padded[nbr[:, col]]
+                term = padded[table[:, col]]
                 out += term if w == 1.0 else w * term
-        done = max(done, min(radius, nbr.shape[1] // 2))
+        done = max(done, min(radius, table.shape[1] // 2))
         sums.append(out.copy() if radius != radii[-1] else out)
     return sums
 
@@ -154,3 +157,36 @@ def window_pair(item_scores: np.ndarray, nbr: np.ndarray, norms1: np.ndarray, no
     scores are gathered once."""
     one, two = _neighbour_sums(item_scores, nbr, weights, [1, 2])
     return one / norms1, two / norms2
+
+
+def group_max(scores: np.ndarray, gids: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """For each item, the best candidate score of its group (its own score if ungrouped)."""
+    if not len(gids) or int(gids.max()) < 0:
+        return scores.astype(np.float64, copy=True)
+    found = group_best(scores, gids, np.ones(len(gids), dtype=bool) if mask is None else mask)[gids]
+    return np.where(np.isfinite(found), found, scores).astype(np.float64, copy=False)
+
+
+def group_best(scores: np.ndarray, gids: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """The best score of each group among the rows in `pool`, indexed by group id, -inf for a
+    group with none there; one slot more, last, that stays -inf (what gid -1 reads)."""
+    # One max per run of equal group ids in row order (the store appends a session's messages
+    # one after another, so a session is one or a few runs), then the runs' maxima per group:
+    # no copy of the candidates, and ufunc.at only over the runs (over every row it is several
+    # times slower). A row outside `pool` or of no group counts as -inf.
+    best = np.full(max(int(gids.max()), -1) + 2 if len(gids) else 1, -np.inf)
+    if not len(gids):
+        return best
+    values = np.where(pool & (gids >= 0), scores, -np.inf)
+    starts = np.concatenate(([0], np.flatnonzero(gids[1:] != gids[:-1]) + 1))
+    run_best = np.maximum.reduceat(values, starts)
+    np.maximum.at(best, gids[starts], run_best)
+    return best
+
+
+def window_sums(item_scores: np.ndarray, nbr: np.ndarray, weights: Sequence[float],
+                rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ±1 and ±2 window sums of `rows` only (what `window_pair` divides by the norms), the
+    same additions in the same order: the rescoring of a few rows (refine.py)."""
+    one, two = _neighbour_sums(item_scores, nbr, weights, [1, 2], rows)
+    return one, two
