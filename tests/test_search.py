@@ -353,11 +353,11 @@ def test_sw6_a_fresh_index_loaded_in_bulk_equals_one_appended_row_by_row(quiet, 
     one.corpus()  # an int8 copy of the first rows, then of the rest as they come
     live_index._add_rows(one, rows[3:], vecs, pvecs, link=False)
     one.link_all()
-    if ranking.vectors.int8_ready(bulk.dim):  # the int8 copies: of every row, made in one batch or in steps
-        for got, want in ((one.corpus().coarse, bulk.corpus().coarse), (one.corpus().coarse_sent, bulk.corpus().coarse_sent)):
-            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
-        assert len(bulk.corpus().coarse[0]) == bulk.n and len(bulk.corpus().coarse_sent[0]) == bulk.pn
-        assert np.array_equal(bulk.corpus().coarse[0], ranking.vectors.quantize(bulk.vectors[:bulk.n])[0])
+    # the int8 copies: of every row, made in one batch or in steps
+    for got, want in ((one.corpus().coarse, bulk.corpus().coarse), (one.corpus().coarse_sent, bulk.corpus().coarse_sent)):
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    assert len(bulk.corpus().coarse[0]) == bulk.n and len(bulk.corpus().coarse_sent[0]) == bulk.pn
+    assert np.array_equal(bulk.corpus().coarse[0], ranking.vectors.quantize(bulk.vectors[:bulk.n])[0])
     assert live_index.build(services.db, (1.0, 0.6), True).corpus().coarse is None
     assert (bulk.n, bulk.pn, bulk.stale_cast) == (one.n, one.pn, one.stale_cast)
     for name in bulk.a:

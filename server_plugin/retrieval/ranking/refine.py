@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from .vectors import dot, torch_or_none
-from .windows import group_best, window_sums
+from .vectors import dot, k_best
+from .windows import group_best, group_max, window_sums
 
 if TYPE_CHECKING:  # pragma: no cover
     from .score import Corpus, RankingParams
@@ -69,7 +69,7 @@ def rescored(corpus: "Corpus", vector: np.ndarray, params: "RankingParams", scor
         # rows', its exact one is not) still counts, with its first-pass score.
         outside = np.isfinite(score)
         outside[rows] = False
-        best = np.maximum(_session_best(fused, gids), group_best(first.fused, corpus.gids, outside)[gids])
+        best = np.maximum(group_max(fused, gids), group_best(first.fused, corpus.gids, outside)[gids])
         fused += params.w_session * ((best - mean) / sd)
     out = score.copy()
     out[rows] = fused
@@ -78,15 +78,7 @@ def rescored(corpus: "Corpus", vector: np.ndarray, params: "RankingParams", scor
 
 def _best(score: np.ndarray, k: int) -> np.ndarray:
     """The rows of the `k` best finite scores, in no order."""
-    if len(score) > k:
-        torch = torch_or_none()
-        if torch is not None and score.dtype == np.float64 and score.flags.c_contiguous:
-            with torch.inference_mode():  # one read of the scores (argpartition negates them first)
-                rows = torch.topk(torch.from_numpy(score), k, sorted=False).indices.numpy()
-        else:
-            rows = np.argpartition(-score, k - 1)[:k]
-    else:
-        rows = np.arange(len(score))
+    rows = k_best(score, k) if len(score) > k else np.arange(len(score))
     return rows[np.isfinite(score[rows])]
 
 
@@ -132,16 +124,3 @@ def _best_passages(corpus: "Corpus", vector: np.ndarray, rows: np.ndarray) -> np
     if len(mine):
         np.maximum.at(best, at, dot(corpus.sent_vectors[mine], vector))
     return best
-
-
-def _session_best(fused: np.ndarray, gids: np.ndarray) -> np.ndarray:
-    """For each rescored row, the best fused score among the rescored rows of its session (its
-    own when it has no session), as `windows.group_max` takes it over every candidate."""
-    out = fused.copy()
-    grouped = gids >= 0
-    if grouped.any():
-        ids, at = np.unique(gids[grouped], return_inverse=True)
-        best = np.full(len(ids), -np.inf)
-        np.maximum.at(best, at, fused[grouped])
-        out[grouped] = best[at]
-    return out

@@ -13,7 +13,7 @@ from .dates import date_prior, query_dates
 from .lexical import TermIndex, bm25, remembered
 from .text import Cast, analyze, is_temporal_query, rewrite_query
 from . import refine
-from .vectors import dot, int8_dot, int8_ready, torch_or_none
+from .vectors import dot, int8_dot, int8_ready, k_best
 from .windows import group_max, window_pair, window_scores
 
 # ---------------------------------------------------------------------------------------------
@@ -374,17 +374,6 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     # The k best first, then the non-finite among them dropped (-inf sorts last): one pass over
     # the scores instead of first copying out every finite one.
-    best = _k_best(scores, k) if len(scores) > k else np.arange(len(scores))
+    best = k_best(scores, k) if len(scores) > k else np.arange(len(scores))
     best = best[np.isfinite(scores[best])]
     return best[np.lexsort((best, -scores[best]))]
-
-
-def _k_best(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of `k` best scores, in no order (which of equal scores at the k-th place is kept
-    is arbitrary, as with `np.argpartition`). torch's selection reads the scores once: ~0.6 ms
-    over 108,000 rows against argpartition's ~1.4 ms (which negates them first)."""
-    torch = torch_or_none()
-    if torch is None or scores.dtype != np.float64 or not scores.flags.c_contiguous:
-        return np.argpartition(-scores, k - 1)[:k]
-    with torch.inference_mode():
-        return torch.topk(torch.from_numpy(scores), k, sorted=False).indices.numpy()

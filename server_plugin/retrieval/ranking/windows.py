@@ -163,13 +163,13 @@ def group_max(scores: np.ndarray, gids: np.ndarray, mask: np.ndarray | None = No
     """For each item, the best candidate score of its group (its own score if ungrouped)."""
     if not len(gids) or int(gids.max()) < 0:
         return scores.astype(np.float64, copy=True)
-    found = group_best(scores, gids, np.ones(len(gids), dtype=bool) if mask is None else mask)[gids]
+    found = group_best(scores, gids, mask)[gids]
     return np.where(np.isfinite(found), found, scores).astype(np.float64, copy=False)
 
 
-def group_best(scores: np.ndarray, gids: np.ndarray, pool: np.ndarray) -> np.ndarray:
-    """The best score of each group among the rows in `pool`, indexed by group id, -inf for a
-    group with none there; one slot more, last, that stays -inf (what gid -1 reads)."""
+def group_best(scores: np.ndarray, gids: np.ndarray, pool: np.ndarray | None) -> np.ndarray:
+    """The best score of each group among the rows in `pool` (None: every row), indexed by group
+    id, -inf for a group with none there; one slot more, last, that stays -inf (what gid -1 reads)."""
     # One max per run of equal group ids in row order (the store appends a session's messages
     # one after another, so a session is one or a few runs), then the runs' maxima per group:
     # no copy of the candidates, and ufunc.at only over the runs (over every row it is several
@@ -177,7 +177,7 @@ def group_best(scores: np.ndarray, gids: np.ndarray, pool: np.ndarray) -> np.nda
     best = np.full(max(int(gids.max()), -1) + 2 if len(gids) else 1, -np.inf)
     if not len(gids):
         return best
-    values = np.where(pool & (gids >= 0), scores, -np.inf)
+    values = np.where(gids >= 0 if pool is None else pool & (gids >= 0), scores, -np.inf)
     starts = np.concatenate(([0], np.flatnonzero(gids[1:] != gids[:-1]) + 1))
     run_best = np.maximum.reduceat(values, starts)
     np.maximum.at(best, gids[starts], run_best)
