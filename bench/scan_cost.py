@@ -1,5 +1,6 @@
-"""What the dense scan costs a search, and what the int8 first pass (shipped: `ranking/refine.py`),
-an int8 index or a bfloat16 index (neither shipped) save and change.
+"""What the dense scan costs a search, and what the int4 first pass (shipped: `ranking/refine.py`,
+`search_first_pass` int4), the int8 first pass (`search_first_pass` int8), an int8 index or a
+bfloat16 index (neither shipped) save and change.
 
     python bench/scan_cost.py --store /work/bench_cache/campaign@100000            # cost
     python bench/scan_cost.py --store /work/bench_cache/campaign@100000 --quality  # + answers
@@ -9,14 +10,16 @@ Cost: the live index of a campaign_scale snapshot (item and passage vectors, flo
 sidecar keeps them), each product timed after an idle pause (`--gap`, as turns come) and back to
 back: the shipped `vectors.dot` (split over two threads from 32,768 rows), the same on one thread,
 torch's `mv` on one thread (what `dot` used before: the same scores), torch's bfloat16 product on
-one thread, the shipped first pass over the int8 copy (`vectors.int8_dot`: the query as two
+one thread, the shipped first pass over the int4 copy (`vectors.int4_dot`: 4 bits a component, a
+bfloat16 scale and zero point per 128 components, the query in one bfloat16 row), the first pass
+over the int8 copy (`vectors.int8_dot`: the query as two
 bfloat16 rows, its rounding and the rest) and torch's weight-only int8 product with the query in
 one bfloat16 row (`_weight_int8pack_mm`, one byte a component, a scale a row) where this torch
 has it. Each with its largest error against float32 and the share of the dense channel's top 10
 it keeps.
 
-Quality (`--quality`): the fused search in two passes as shipped (`search_refine_rows`), with
-the float16 index in one exact pass, with the index's vectors rounded to int8 (a symmetric scale
+Quality (`--quality`): the fused search in two passes as shipped (`search_refine_rows`, the int4
+copy), in two passes over the int8 copy, with the float16 index in one exact pass, with the index's vectors rounded to int8 (a symmetric scale
 per row, then back to float32: the int8 product's answers without its bfloat16 output rounding)
 and with torch's bfloat16 product (rows, query and scores rounded to bfloat16, as a bfloat16
 index would compute them), against float32: LoCoMo's recall, or at a store the share of the top
@@ -133,9 +136,12 @@ def cost(store: str, n: int, gaps: list[float]) -> None:
                         np.asarray(v, dtype=np.float16))).numpy().astype(np.float32)}
             as_bf16 = bfloat16_rows(rows)
             ways["bfloat16, one thread"] = lambda v: bfloat16_product(as_bf16, v)
+            if V.int4_ready(rows.shape[1]):
+                copy4 = V.Int4Rows(rows.shape[1]).sync(rows, len(rows))
+                ways["int4 copy, the shipped first pass"] = lambda v: V.int4_dot(copy4, v)
             if V.int8_ready(rows.shape[1]):
                 copy = V.Int8Rows(rows.shape[1]).sync(rows, len(rows))
-                ways["int8 copy, the shipped first pass"] = lambda v: V.int8_dot(*copy, v)
+                ways["int8 copy, first pass (search_first_pass int8)"] = lambda v: V.int8_dot(*copy, v)
             if product and rows.shape[1] % 16 == 0:
                 q, scale = int8_rows(rows)
                 qt, st = torch.from_numpy(q), torch.from_numpy(scale).to(torch.bfloat16)
@@ -164,18 +170,21 @@ def quality_at_store(store: str, n: int) -> None:
         int8_index.vectors[:int8_index.n] = dequantized(int8_index.vectors[:int8_index.n])
         int8_index.pvec[:int8_index.pn] = dequantized(int8_index.pvec[:int8_index.pn])
         bf16_index = live_index.build(svc.db, state._weights(), False)  # float32 rows, bfloat16 products
+        int8_pass = live_index.build(svc.db, state._weights(), True, coarse="int8")
         indexes = {"float32": full_index, "float16 index, one exact pass": half_index,
-                   "two passes (shipped)": state.live, "int8 index": int8_index, "bfloat16 index": bf16_index}
+                   "two passes (shipped)": state.live, "two passes, int8 copy": int8_pass,
+                   "int8 index": int8_index, "bfloat16 index": bf16_index}
 
         def vectors(text: str) -> dict[str, np.ndarray]:
             vector = svc.embedder.embed_one(text, 30)  # float32
             return dict.fromkeys(indexes, vector)
         with bfloat16_for([bf16_index.vectors, bf16_index.pvec]):
             top = QP.searches(svc, state, n, indexes, vectors)
-        for name in ("float16 index, one exact pass", "two passes (shipped)", "int8 index", "bfloat16 index"):
+        for name in ("float16 index, one exact pass", "two passes (shipped)", "two passes, int8 copy",
+                     "int8 index", "bfloat16 index"):
             QP.agreement(name, top[name], top["float32"], "float32")
-        QP.agreement("two passes (shipped)", top["two passes (shipped)"], top["float16 index, one exact pass"],
-                     "the float16 index in one exact pass")
+        for name in ("two passes (shipped)", "two passes, int8 copy"):
+            QP.agreement(name, top[name], top["float16 index, one exact pass"], "the float16 index in one exact pass")
     finally:
         shutil.rmtree(folder)
 
@@ -185,8 +194,8 @@ def quality_on_locomo() -> None:
     ranked = {}
     in_half = lambda r: r.astype(np.float16).astype(np.float32)  # noqa: E731
     exact = dataclasses.replace(params, refine_rows=0)
-    ways = (("float32", None), ("float16", in_half), ("two passes (shipped)", None), ("int8", dequantized),
-            ("bfloat16", None))
+    ways = (("float32", None), ("float16", in_half), ("two passes (shipped)", None),
+            ("two passes, int8 copy", None), ("int8", dequantized), ("bfloat16", None))
     for name, round_rows in ways:
         runs = []
         for p in preps:
@@ -194,8 +203,8 @@ def quality_on_locomo() -> None:
             if round_rows is not None:
                 c = dataclasses.replace(c, vectors=round_rows(c.vectors), sent_vectors=None
                                         if c.sent_vectors is None else round_rows(c.sent_vectors))
-            if name.startswith("two passes"):  # as the live index keeps them: float16 and an int8 copy
-                c = two_pass_corpus(c)
+            if name.startswith("two passes"):  # as the live index keeps them: float16 and a copy
+                c = two_pass_corpus(c, "int8" if "int8" in name else "int4")
             runs.append(LP.Prepared(p.conv, p.cast, c, p.queries))
         with bfloat16_for(None) if name == "bfloat16" else contextlib.nullcontext():
             used = params if name.startswith("two passes") else exact
@@ -203,15 +212,17 @@ def quality_on_locomo() -> None:
             ranked[name] = QP.top10(runs, used)
     for name, _ in ways[1:]:
         QP.agreement(name, ranked[name], ranked["float32"], "float32")
-    QP.agreement("two passes (shipped)", ranked["two passes (shipped)"], ranked["float16"], "float16")
+    for name in ("two passes (shipped)", "two passes, int8 copy"):
+        QP.agreement(name, ranked[name], ranked["float16"], "float16")
 
 
-def two_pass_corpus(c):
-    """A prepared corpus as the live index keeps it: float16 vectors and their int8 copies."""
+def two_pass_corpus(c, kind: str):
+    """A prepared corpus as the live index keeps it: float16 vectors and their `kind` copies."""
     half = c.vectors.astype(np.float16)
     sent = None if c.sent_vectors is None else c.sent_vectors.astype(np.float16)
-    return dataclasses.replace(c, vectors=half, sent_vectors=sent, coarse=V.Int8Rows(half.shape[1]).sync(half, len(half)),
-                               coarse_sent=None if sent is None else V.Int8Rows(sent.shape[1]).sync(sent, len(sent)))
+    items, passages = V.coarse_copies(kind, half.shape[1])
+    return dataclasses.replace(c, vectors=half, sent_vectors=sent, coarse=items.sync(half, len(half)),
+                               coarse_sent=None if sent is None else passages.sync(sent, len(sent)))
 
 
 def main() -> None:
@@ -220,7 +231,7 @@ def main() -> None:
     parser.add_argument("--store", help="a campaign_scale snapshot's folder (copied, never written)")
     parser.add_argument("--n", type=int, default=40, help="timed calls per product and gap")
     parser.add_argument("--gaps", default="0.1,0", help="idle seconds before each timed call")
-    parser.add_argument("--quality", action="store_true", help="also the answers with an int8 index")
+    parser.add_argument("--quality", action="store_true", help="also the answers of each way")
     parser.add_argument("--questions", type=int, default=100, help="questions per viewer at the store")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -346,18 +346,30 @@ def test_sw6_a_fresh_index_loaded_in_bulk_equals_one_appended_row_by_row(quiet, 
         rows = index.all_rows(conn, live_index._COLUMNS)
         vecs, pvecs = index.item_vectors(conn, None), index.passage_vectors(conn, None)
     assert pvecs, "the long memory has passages"
-    bulk = live_index.build(services.db, (1.0, 0.6), True, coarse=True)
-    one = live_index.LiveIndex((1.0, 0.6), dim=bulk.dim, half=True, coarse=True)
-    one.rev, one.cast_version = bulk.rev, bulk.cast_version
-    live_index._add_rows(one, rows[:3], vecs, pvecs, link=False)
-    one.corpus()  # an int8 copy of the first rows, then of the rest as they come
-    live_index._add_rows(one, rows[3:], vecs, pvecs, link=False)
-    one.link_all()
-    # the int8 copies: of every row, made in one batch or in steps
-    for got, want in ((one.corpus().coarse, bulk.corpus().coarse), (one.corpus().coarse_sent, bulk.corpus().coarse_sent)):
-        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
-    assert len(bulk.corpus().coarse[0]) == bulk.n and len(bulk.corpus().coarse_sent[0]) == bulk.pn
-    assert np.array_equal(bulk.corpus().coarse[0], ranking.vectors.quantize(bulk.vectors[:bulk.n])[0])
+    for kind in ("int4", "int8"):
+        bulk = live_index.build(services.db, (1.0, 0.6), True, coarse=kind)
+        one = live_index.LiveIndex((1.0, 0.6), dim=bulk.dim, half=True, coarse=kind)
+        one.rev, one.cast_version = bulk.rev, bulk.cast_version
+        live_index._add_rows(one, rows[:3], vecs, pvecs, link=False)
+        one.corpus()  # a copy of the first rows, then of the rest as they come
+        live_index._add_rows(one, rows[3:], vecs, pvecs, link=False)
+        one.link_all()
+        # the first pass's copies: of every row, made in one batch or in steps
+        for got, want in ((one.corpus().coarse, bulk.corpus().coarse), (one.corpus().coarse_sent, bulk.corpus().coarse_sent)):
+            if kind == "int4":
+                assert got.n == want.n and np.array_equal(got.packed, want.packed) and np.array_equal(got.scale_zero, want.scale_zero)
+            else:
+                assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        if kind == "int4":
+            assert (bulk.corpus().coarse.n, bulk.corpus().coarse_sent.n) == (bulk.n, bulk.pn)
+            exact = bulk.vectors[:bulk.n].astype(np.float32).reshape(bulk.n, -1, ranking.vectors.INT4_GROUP)
+            error = np.abs(ranking.vectors.dequantize4(bulk.corpus().coarse).reshape(exact.shape) - exact)
+            # each component within half a step (a fifteenth of its group's range), and the
+            # bfloat16 rounding of the group's zero point
+            assert np.all(error.max(axis=2) <= (exact.max(axis=2) - exact.min(axis=2)) / 30 * 1.01 + 1e-3)
+        else:
+            assert len(bulk.corpus().coarse[0]) == bulk.n and len(bulk.corpus().coarse_sent[0]) == bulk.pn
+            assert np.array_equal(bulk.corpus().coarse[0], ranking.vectors.quantize(bulk.vectors[:bulk.n])[0])
     assert live_index.build(services.db, (1.0, 0.6), True).corpus().coarse is None
     assert (bulk.n, bulk.pn, bulk.stale_cast) == (one.n, one.pn, one.stale_cast)
     for name in bulk.a:

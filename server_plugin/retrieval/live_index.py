@@ -73,12 +73,13 @@ class LiveIndex:
     """
 
     def __init__(self, window_weights: Sequence[float], capacity: int = 1024, dim: int = DIM,
-                 half: bool = False, coarse: bool = False) -> None:
+                 half: bool = False, coarse: str | None = None) -> None:
         self.window_weights, self.dim = tuple(window_weights), dim
         # float16 vectors (`search_half_vectors`): half the memory; ranking.dot multiplies them.
         self.vtype = np.float16 if half else np.float32
-        # int8 copies of the item and passage vectors for ranking's first pass (`search_refine_rows`)
-        self.coarse = (V.Int8Rows(dim), V.Int8Rows(dim)) if coarse and dim % V.INT8_DIM_STEP == 0 else None
+        # int4 or int8 copies of the item and passage vectors for ranking's first pass
+        # (`search_first_pass`, with `search_refine_rows` above 0)
+        self.coarse = V.coarse_copies(coarse, dim)
         self.n = 0
         self.dead = 0
         self.rev = 0
@@ -292,9 +293,9 @@ def _add_rows(live: LiveIndex, rows: Sequence[Any], vecs: dict[int, np.ndarray],
         live.append(r, vector, passages, link=link)
 
 
-def build(db: Database, window_weights: Sequence[float], half: bool = False, coarse: bool = False) -> LiveIndex:
+def build(db: Database, window_weights: Sequence[float], half: bool = False, coarse: str | None = None) -> LiveIndex:
     """A fresh LiveIndex of every docs row, from one consistent snapshot (`half`: float16 vectors;
-    `coarse`: with int8 copies for ranking's first pass, made here in one batch)."""
+    `coarse`: with int4 or int8 copies for ranking's first pass, made here in one batch)."""
     with db.read() as conn:
         live = LiveIndex(window_weights, dim=index.model(conn)[1], half=half, coarse=coarse)
         live.rev = index.revision(conn)
@@ -361,7 +362,8 @@ class SearchState:
     def fresh(self) -> LiveIndex:
         """A new index of the store as the settings ask for it (not installed)."""
         s = self.svc.settings
-        return build(self.svc.db, self._weights(), s.search_half_vectors, s.search_refine_rows > 0)
+        return build(self.svc.db, self._weights(), s.search_half_vectors,
+                     s.search_first_pass if s.search_refine_rows > 0 else None)
 
     def load(self) -> None:
         """Build the index (at start-up, or on the first query without a background thread)."""

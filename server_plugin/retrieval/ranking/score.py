@@ -13,8 +13,8 @@ from .dates import date_prior, query_dates
 from .lexical import TermIndex, bm25, remembered
 from .text import Cast, analyze, is_temporal_query, rewrite_query
 from . import refine
-from .vectors import dot, int8_dot, int8_ready, k_best
-from .windows import group_max, window_pair, window_scores
+from .vectors import Int4View, coarse_dot, coarse_ready, dot, k_best
+from .windows import Runs, group_max, runs_of, window_pair, window_scores
 
 # ---------------------------------------------------------------------------------------------
 # Fusion
@@ -73,14 +73,16 @@ def fuse(
     return total + offset if offset else total
 
 
-def segment_max(values: np.ndarray, owners: np.ndarray, n_items: int, fill: np.ndarray) -> np.ndarray:
-    """Max of `values` per owning item (best passage per item); `fill` where an item has none."""
-    if len(owners) > 1 and np.all(owners[1:] >= owners[:-1]):
+def segment_max(values: np.ndarray, owners: np.ndarray, n_items: int, fill: np.ndarray,
+                runs: Runs | None = None) -> np.ndarray:
+    """Max of `values` per owning item (best passage per item); `fill` where an item has none.
+    `runs`: `runs_of(owners)`, when the caller keeps it."""
+    runs = runs_of(owners) if runs is None else runs
+    if len(owners) > 1 and runs.ordered:
         # The store appends an item's passages together: one max per run (ufunc.at is ~10x
         # slower), written over a copy of `fill`.
         out = np.asarray(fill, dtype=np.float64).copy()
-        starts = np.concatenate(([0], np.flatnonzero(owners[1:] != owners[:-1]) + 1))
-        out[owners[starts]] = np.maximum.reduceat(values, starts)
+        out[owners[runs.starts]] = np.maximum.reduceat(values, runs.starts)
         return out
     out = np.full(n_items, -np.inf)
     if len(values):
@@ -119,7 +121,7 @@ class RankingParams:
     date_after_days: float
     date_tau_days: float
     query_person: str  # dense query: "first_person" or "strip"
-    refine_rows: int  # rescored exactly after a first pass over an int8 copy (refine.py); 0: none
+    refine_rows: int  # rescored exactly after a first pass over an int4 / int8 copy (refine.py); 0: none
     # Not settings: the stored counts hold single stems only (bigrams were flat on LoCoMo and
     # double the postings); the benchmarks measure them.
     bigrams: bool = False  # adjacent-stem bigrams in BM25 terms
@@ -168,10 +170,10 @@ class Corpus:
     # What ranking keeps between queries over these very rows (`remembered`); its owner empties
     # it when a row changes. None: nothing kept (a corpus built for one use).
     memo: dict[Any, Any] | None = None
-    # int8 copies of `vectors` and `sent_vectors` (vectors.Int8Rows: rows, scale bits) for the
-    # first pass of the dense scan (`refine`); None: no first pass.
-    coarse: tuple[np.ndarray, np.ndarray] | None = None
-    coarse_sent: tuple[np.ndarray, np.ndarray] | None = None
+    # int4 or int8 copies of `vectors` and `sent_vectors` (vectors.Int4Rows, or Int8Rows: rows,
+    # scale bits) for the first pass of the dense scan (`refine`); None: no first pass.
+    coarse: tuple[np.ndarray, np.ndarray] | Int4View | None = None
+    coarse_sent: tuple[np.ndarray, np.ndarray] | Int4View | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -187,6 +189,12 @@ class Corpus:
         codes, table = self.speaker_codes, self.speaker_table
         wanted = [table[n] for n in named if n in table]
         return np.isin(codes, wanted) if wanted else np.zeros(len(codes), dtype=bool)
+
+    def runs(self, column: str) -> Runs:
+        """`runs_of` the sessions' ids ("gids") or the passages' owners ("sent_owner"), kept in
+        `memo` while the rows stay as they are."""
+        ids = getattr(self, column)
+        return remembered(self.memo, ("runs", column, len(ids)), None, lambda: runs_of(ids))
 
 
 @dataclass(frozen=True)
@@ -253,9 +261,9 @@ def dense_channels(corpus: Corpus, vector: np.ndarray, params: RankingParams,
                    coarse: bool = False) -> dict[str, np.ndarray]:
     """The channels computed from the query's vector: the item's own cosine, its windows' and
     its best passage's (weight-0 windows and passages skipped). `coarse`: from the corpus's
-    int8 copies (approximate, see `refine`)."""
+    int4 or int8 copies (approximate, see `refine`)."""
     out: dict[str, np.ndarray] = {}
-    base = int8_dot(*corpus.coarse, vector) if coarse and corpus.coarse else dot(corpus.vectors, vector)
+    base = coarse_dot(corpus.coarse, vector) if coarse and corpus.coarse is not None else dot(corpus.vectors, vector)
     out["dense"] = base
     if corpus.win_vectors is not None:
         if params.w_dense_win1:
@@ -274,9 +282,10 @@ def dense_channels(corpus: Corpus, vector: np.ndarray, params: RankingParams,
         elif two:
             out["dense_win2"] = window_scores(base, nbr, 2, corpus.win2_norm, params.window_weights)
     if params.w_dense_sent and corpus.sent_vectors is not None and len(corpus.sent_vectors):
-        sims = (int8_dot(*corpus.coarse_sent, vector) if coarse and corpus.coarse_sent
+        sims = (coarse_dot(corpus.coarse_sent, vector) if coarse and corpus.coarse_sent is not None
                 else dot(corpus.sent_vectors, vector))
-        out["dense_sent"] = np.maximum(base, segment_max(sims, corpus.sent_owner, len(corpus), base))
+        out["dense_sent"] = np.maximum(base, segment_max(sims, corpus.sent_owner, len(corpus), base,
+                                                         corpus.runs("sent_owner")))
     return out
 
 
@@ -343,11 +352,11 @@ def rank(
         return np.zeros(0, dtype=np.float64)
     if text is None:
         text = text_side(corpus, query, params, mask)
-    # A first pass over the int8 copy, then the best rows rescored exactly (refine.py): a
+    # A first pass over the int4 (or int8) copy, then the best rows rescored exactly (refine.py): a
     # campaign's dense scan at a fraction of the cost, the same answers in its top rows.
     coarse = bool(params.refine_rows and corpus.coarse is not None and corpus.win_vectors is None
                   and (len(corpus) if mask is None else np.count_nonzero(mask)) > params.refine_rows
-                  and int8_ready(corpus.vectors.shape[1]))
+                  and coarse_ready(corpus.coarse, corpus.vectors.shape[1]))
     channels = {**text.channels, **dense_channels(corpus, query.vector, params, coarse)}
     stats: dict[str, tuple[float, float]] = {}
     score = fuse(channels, params.channel_weights(), mask, stats)
@@ -355,7 +364,7 @@ def rank(
         score += text.priors
     fused, session = score, None
     if params.w_session:
-        best = group_max(score, corpus.gids, mask)
+        best = group_max(score, corpus.gids, mask, corpus.runs("gids"))
         mean, sd, count = _stats(best, mask)
         if count and sd >= 1e-12:  # else zscore's zeros: no session prior at all
             session = (mean, sd)
@@ -363,8 +372,10 @@ def rank(
     if mask is not None:
         score = np.where(mask, score, -np.inf)
     if coarse:
-        score = refine.rescored(corpus, query.vector, params, score,
-                                refine.Pass(channels, stats, text.priors, fused, session))
+        # The rescored rows' channels are exact; their spreads are made so too (int4: `noise`).
+        noise = refine.first_pass_noise(corpus, query.vector, params, mask)
+        score = refine.rescored(corpus, query.vector, params, score, refine.Pass(
+            channels, refine.corrected(stats, noise) if noise else stats, text.priors, fused, session, mask))
     return score
 
 

@@ -13,15 +13,18 @@ run meanwhile): on 2 quiet cores the 108,719 float16 rows of a 100,000-message c
 a second torch thread, which the embedder keeps at one). torch multiplies the rows in blocks of
 powers of two (`power_blocks`: a kernel per number of rows is compiled and kept on some CPUs).
 
-`Int8Rows` and `int8_dot` are the first pass of a two-pass scan (ranking/refine.py): an int8
-copy of the rows, a third of the float16 scan's cost after an idle pause, each score off by up
-to ~3e-3, never an answer by itself.
+`Int4Rows` / `int4_dot` (the default) and `Int8Rows` / `int8_dot` are the first pass of a
+two-pass scan (ranking/refine.py, `search_first_pass`): a copy of the rows in 4 or 8 bits a
+component, each score off by ~5e-3 or ~5e-4 (standard deviation), never an answer by itself.
+After an idle pause, as a turn comes, the scan is bound by memory: the int8 copy costs about a
+third of the float16 scan, the int4 copy about a fifth (bench/README.md, `scan_cost.py`).
 """
 
 from __future__ import annotations
 
 import functools
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -134,12 +137,23 @@ def quantize(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows as int8 (the largest component of a row → ±127) and each row's scale, rounded to
     bfloat16 (returned as its 16 bits)."""
     r = np.asarray(rows, dtype=np.float32)
-    bits = (np.maximum(np.abs(r).max(axis=1), 1e-30) / np.float32(127)).astype(np.float32).view(np.uint32)
-    # round to nearest even in the upper 16 bits: what torch's conversion to bfloat16 does
-    top = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
-    scale = (top.astype(np.uint32) << np.uint32(16)).view(np.float32)
-    q = np.clip(np.rint(r / scale[:, None]), -127, 127).astype(np.int8)
+    top = bfloat16_bits(np.maximum(np.abs(r).max(axis=1), 1e-30) / np.float32(127))
+    q = np.clip(np.rint(r / bfloat16_value(top)[:, None]), -127, 127).astype(np.int8)
     return q, top.view(np.int16)
+
+
+def bfloat16_bits(values: np.ndarray, up: bool = False) -> np.ndarray:
+    """float32 `values` rounded to bfloat16, as its 16 bits (uint16): to nearest even, what
+    torch's conversion does, or (`up`, for positive values) to the next one up."""
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32)
+    if up:
+        return ((bits + np.uint32(0xFFFF)) >> np.uint32(16)).astype(np.uint16)
+    return ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+
+
+def bfloat16_value(bits: np.ndarray) -> np.ndarray:
+    """The float32 value of bfloat16 `bits` (uint16 or int16)."""
+    return (np.asarray(bits).astype(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 INT8_DIM_STEP = 16  # torch's int8 kernel takes vectors of a multiple of this many components
@@ -179,3 +193,151 @@ def int8_dot(rows: np.ndarray, scale_bits: np.ndarray, vector: np.ndarray) -> np
         scales = torch.from_numpy(scale_bits).view(torch.bfloat16)
         out = torch._weight_int8pack_mm(query, torch.from_numpy(rows), scales).float()
     return (out[0] + out[1]).numpy()
+
+
+# ---------------------------------------------------------------------------------------------
+# The int4 copy: half the int8 copy's bytes, the first pass by default (`search_first_pass`)
+
+INT4_GROUP = 128  # components that share a scale and a zero point
+INT4_BLOCK = 64  # rows torch's int4 kernel packs together (a copy holds a multiple of this)
+
+
+@dataclass(frozen=True)
+class Int4View:
+    """An int4 copy as `int4_dot` reads it: the rows packed as torch's kernel takes them (`n`
+    rows, then zero rows up to a multiple of INT4_BLOCK) and each group's (scale, zero point)
+    as bfloat16 bits, shape (groups, rows, 2)."""
+
+    packed: np.ndarray
+    scale_zero: np.ndarray
+    n: int
+
+
+class Int4Rows:
+    """An int4 copy of the first rows of a float matrix that only grows at its end (`Int8Rows`'
+    twin). Each group of INT4_GROUP components of a row has its own scale and zero point, both
+    bfloat16 values chosen before rounding (so that no rounding of theirs scales a score): a
+    component is one of 16 steps between the group's least and greatest. `sync` packs the rows
+    added since the last call, and the last partial block of INT4_BLOCK rows again."""
+
+    def __init__(self, dim: int) -> None:
+        self.packed = np.zeros((0, dim // 2), dtype=np.uint8)  # grown by doubling; read: [:top]
+        # As the kernel reads them (groups, rows, 2), exactly `top` rows: it reads a strided
+        # slice wrongly, so this grows by a copy when a block of rows is begun (1 in 32 turns).
+        self.scale_zero = np.zeros((dim // INT4_GROUP, 0, 2), dtype=np.int16)
+        self.n = 0
+        self._view: Int4View | None = None
+
+    def sync(self, source: np.ndarray, n: int) -> Int4View:
+        """The copy of `source[:n]`; `source` gained rows at its end only since the last call."""
+        if n < self.n:  # cannot happen with a live index's append-only rows; start over
+            self.n = 0
+        if n == self.n and self._view is not None:
+            return self._view
+        top = -(-n // INT4_BLOCK) * INT4_BLOCK
+        if top > len(self.packed):
+            grown = np.zeros((max(top, 2 * len(self.packed)), self.packed.shape[1]), np.uint8)
+            grown[: len(self.packed)] = self.packed
+            self.packed = grown
+        if top != self.scale_zero.shape[1]:
+            kept = min(top, self.scale_zero.shape[1])
+            grown = np.zeros((self.scale_zero.shape[0], top, 2), np.int16)
+            grown[:, :kept] = self.scale_zero[:, :kept]
+            self.scale_zero = grown
+        for lo in range(self.n // INT4_BLOCK * INT4_BLOCK, top, _BLOCK):  # _BLOCK: a multiple of INT4_BLOCK
+            hi = min(top, lo + _BLOCK)
+            rows = np.zeros((hi - lo, source.shape[1]), dtype=np.float32)
+            rows[: min(hi, n) - lo] = source[lo:min(hi, n)]
+            self.packed[lo:hi], scale_zero = quantize4(rows)
+            self.scale_zero[:, lo:hi] = scale_zero.transpose(1, 0, 2)
+        self.n = n
+        self._view = Int4View(self.packed[:top], self.scale_zero, n)
+        return self._view
+
+
+def quantize4(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows (a multiple of INT4_BLOCK of them) as int4 in torch's packed layout, and each
+    group's (scale, zero point) as bfloat16 bits, shape (rows, groups, 2): component x of a group
+    is stored as q in 0..15, read back as (q - 8) * scale + zero."""
+    r = np.asarray(rows, dtype=np.float32)
+    n, dim = r.shape
+    groups = r.reshape(n, dim // INT4_GROUP, INT4_GROUP)
+    least = groups.min(axis=2)
+    scale_bits = bfloat16_bits(np.maximum((groups.max(axis=2) - least) / 15, 1e-30), up=True)
+    scale = bfloat16_value(scale_bits)
+    zero_bits = bfloat16_bits(least + 8 * scale)
+    steps = np.rint((groups - bfloat16_value(zero_bits)[..., None]) / scale[..., None]) + 8
+    q = np.clip(steps, 0, 15).astype(np.uint8).reshape(n, dim)
+    # torch's layout (int4_ready checks it): in each block of 64 rows, byte (k, r) holds
+    # component k of row r in its low 4 bits and of row r + 32 in its high 4 bits, r < 32.
+    halves = q.reshape(n // INT4_BLOCK, 2, INT4_BLOCK // 2, dim)
+    packed = (halves[:, 0] | (halves[:, 1] << 4)).transpose(0, 2, 1).reshape(n, dim // 2)
+    return packed, np.stack([scale_bits, zero_bits], axis=-1).view(np.int16)
+
+
+def dequantize4(view: Int4View) -> np.ndarray:
+    """The rows an `Int4View` stands for, in float32 (`int4_ready`'s check, the tests)."""
+    n, half = view.packed.shape
+    blocks = view.packed.reshape(n // INT4_BLOCK, half * 2, INT4_BLOCK // 2).transpose(0, 2, 1)
+    q = np.concatenate([blocks & 15, blocks >> 4], axis=1).reshape(n, half * 2).astype(np.float32)
+    scale = bfloat16_value(view.scale_zero[..., 0]).T  # (rows, groups)
+    zero = bfloat16_value(view.scale_zero[..., 1]).T
+    groups = q.reshape(n, -1, INT4_GROUP)
+    return ((groups - 8) * scale[..., None] + zero[..., None]).reshape(n, -1)[: view.n]
+
+
+@functools.lru_cache(maxsize=None)
+def int4_ready(dim: int) -> bool:
+    """Whether this torch's int4 kernel reads `Int4Rows` copies of `dim` components as they are
+    meant: the kernel exists, and its products with a packed random matrix are those of the
+    matrix `dequantize4` reads back (the packed layout is torch's, not a public format: a torch
+    that packs otherwise fails here, and search scores every row exactly in one pass). Asked by
+    a query, as `int8_ready`."""
+    torch = torch_or_none()
+    if torch is None or dim % INT4_GROUP or not hasattr(torch, "_weight_int4pack_mm_for_cpu"):
+        return False
+    rng = np.random.default_rng(4)
+    rows = rng.standard_normal((2 * INT4_BLOCK - 5, dim)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    vector = rows[7] + 0.5 * rows[70]
+    try:
+        view = Int4Rows(dim).sync(rows, len(rows))
+        got = int4_dot(view, vector)
+    except (RuntimeError, NotImplementedError):  # pragma: no cover - a torch built without it
+        return False
+    meant = dequantize4(view) @ vector
+    return got.shape == meant.shape and bool(np.allclose(got, meant, rtol=0, atol=2e-2)) and \
+        bool(np.abs(got - rows @ vector).max() < 0.1)
+
+
+def int4_dot(view: Int4View, vector: np.ndarray) -> np.ndarray:
+    """Approximate `rows @ vector` from an `Int4Rows` copy, as float32. The query is one
+    bfloat16 row: this kernel computes rather than waits for memory, and a second row would
+    cost as much again for an error well under the copy's own."""
+    torch = torch_or_none()
+    assert torch is not None  # int4_ready said so
+    with torch.inference_mode():
+        query = torch.from_numpy(np.asarray(vector, dtype=np.float32)[None]).to(torch.bfloat16)
+        out = torch._weight_int4pack_mm_for_cpu(query, torch.from_numpy(view.packed), INT4_GROUP,
+                                                torch.from_numpy(view.scale_zero).view(torch.bfloat16))
+    return out[0, : view.n].float().numpy()
+
+
+def coarse_copies(kind: str | None, dim: int) -> "tuple[Int4Rows, Int4Rows] | tuple[Int8Rows, Int8Rows] | None":
+    """The item and passage copies of a first pass of `kind` ("int4", "int8"; None: none), or
+    None where vectors of `dim` components do not fit the kernel."""
+    if kind == "int4" and dim % INT4_GROUP == 0:
+        return Int4Rows(dim), Int4Rows(dim)
+    if kind == "int8" and dim % INT8_DIM_STEP == 0:
+        return Int8Rows(dim), Int8Rows(dim)
+    return None
+
+
+def coarse_dot(copy: "tuple[np.ndarray, np.ndarray] | Int4View", vector: np.ndarray) -> np.ndarray:
+    """The first pass's scores from a copy `Int8Rows` or `Int4Rows` made."""
+    return int4_dot(copy, vector) if isinstance(copy, Int4View) else int8_dot(*copy, vector)
+
+
+def coarse_ready(copy: "tuple[np.ndarray, np.ndarray] | Int4View", dim: int) -> bool:
+    """Whether this torch has the kernel for `copy` (`int4_ready` / `int8_ready`)."""
+    return int4_ready(dim) if isinstance(copy, Int4View) else int8_ready(dim)
