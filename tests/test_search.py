@@ -387,6 +387,26 @@ def test_sw6_a_fresh_index_loaded_in_bulk_equals_one_appended_row_by_row(quiet, 
         assert getattr(bulk, codes).values == getattr(one, codes).values, codes
 
 
+def test_sw6_an_int4_copy_this_torch_cannot_read_becomes_an_int8_copy(api, services, monkeypatch):
+    """rule SW6: the int4 copy is packed as torch's kernel reads it on a CPU with AVX-512; where
+    `int4_ready` finds this torch reading it otherwise, the first query replaces it by an int8
+    copy (made then) and search goes on, the same results."""
+    setup_cast(api)
+    chat(api, "ca", [A, B])
+    say(api, "ca", [("1", "kai", "The bridge at Varn collapsed last spring."),
+                    ("2", A, "I was on it when the stones gave way.")])
+    before = find(api, "what happened to the bridge?")
+    live = live_index.state_of(services).live
+    kind = ranking.vectors.Int4Rows if ranking.vectors.int4_ready(live.dim) else ranking.vectors.Int8Rows
+    assert isinstance(live.coarse[0], kind) and isinstance(live.coarse[1], kind)
+    monkeypatch.setattr(ranking.vectors, "int4_ready", lambda dim: False)
+    after = find(api, "what happened to the bridge?")
+    assert isinstance(live.coarse[0], ranking.vectors.Int8Rows) and isinstance(live.coarse[1], ranking.vectors.Int8Rows)
+    rows, _ = live.corpus().coarse
+    assert len(rows) == live.n and np.array_equal(rows, ranking.vectors.quantize(live.vectors[:live.n])[0])
+    assert ids(after) == ids(before) and before
+
+
 def test_sw6_writes_of_another_process_are_seen(api, services, settings, embedder, clock):
     """rule SW6: another process writing the same store (here: a second Services on the file)
     bumps the docs revision; the next search catches up from it."""

@@ -229,6 +229,12 @@ class LiveIndex:
                 self._norms(np.arange(self.n))
 
     # -- reading ---------------------------------------------------------------------------------
+    def settle_first_pass(self) -> None:
+        """At a query (not on the build's thread): an int4 copy this torch does not read as packed
+        (`int4_ready`: the layout differs by CPU) becomes an int8 copy, made by the next `corpus`."""
+        if self.coarse and isinstance(self.coarse[0], V.Int4Rows) and not V.int4_ready(self.dim):
+            self.coarse = V.coarse_copies("int8", self.dim)
+
     def corpus(self) -> R.Corpus:
         """A ranking view of the rows (no copies)."""
         n, a = self.n, self.a
@@ -305,7 +311,7 @@ def build(db: Database, window_weights: Sequence[float], half: bool = False, coa
         live_bulk.load(live, batches, vec_chunks.row_ids(conn, "docs_vec"),
                        lambda: index.item_vectors(conn, None), lambda: index.passage_vectors(conn, None), _day)
     live.link_all()
-    live.corpus()  # the int8 copies, if any, now rather than in the first query
+    live.corpus()  # the first pass's copies, if any, now rather than in the first query
     return live
 
 

@@ -153,6 +153,7 @@ def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: 
     with state.lock:
         live = state.current()
         mask = live.candidates(viewer_id, scopes, chat_ids or ([chat_id] if chat_id else None), kinds)
+        live.settle_first_pass()
         corpus = live.corpus()
         text = R.text_side(corpus, prepared, params, mask)  # while the vector is being embedded
         ready = vector_of(vector)

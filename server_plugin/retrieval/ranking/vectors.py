@@ -290,9 +290,9 @@ def dequantize4(view: Int4View) -> np.ndarray:
 def int4_ready(dim: int) -> bool:
     """Whether this torch's int4 kernel reads `Int4Rows` copies of `dim` components as they are
     meant: the kernel exists, and its products with a packed random matrix are those of the
-    matrix `dequantize4` reads back (the packed layout is torch's, not a public format: a torch
-    that packs otherwise fails here, and search scores every row exactly in one pass). Asked by
-    a query, as `int8_ready`."""
+    matrix `dequantize4` reads back (the packed layout is torch's on a CPU with AVX-512, not a
+    public format: a torch that packs otherwise fails here, and the live index makes an int8
+    copy instead, `LiveIndex.settle_first_pass`). Asked by a query, as `int8_ready`."""
     torch = torch_or_none()
     if torch is None or dim % INT4_GROUP or not hasattr(torch, "_weight_int4pack_mm_for_cpu"):
         return False
