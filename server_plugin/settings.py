@@ -245,7 +245,7 @@ SEARCH = [
        choices=("first_person", "strip")),
     _s("search_reanalyse_batch", int, 200, "Rows whose BM25 terms an older analyzer made, re-analysed per background write transaction.", 1),
     _s("search_half_vectors", bool, True, "Keep the in-memory search index's vectors in float16: half the memory and a faster dense scan at campaign size (cosines within 3e-4 of float32)."),
-    _s("search_refine_rows", int, 300, "Dense scan in two passes: every row over a copy of the index's vectors in fewer bits (search_first_pass), then this many best rows rescored exactly (at campaign size a fifth to a third of the scan's cost). 0: every row scored exactly, no copy (read when the index is built).", 0),
+    _s("search_refine_rows", int, 300, "Dense scan in two passes: every row over a copy of the index's vectors in fewer bits (search_first_pass), then this many best rows rescored exactly (at campaign size 30-40 % of the scan's cost). 0: every row scored exactly, no copy (read when the index is built).", 0),
     _s("search_first_pass", str, "int4", "The copy the dense scan's first pass reads (with search_refine_rows above 0): int4 (4 bits a component: half int8's memory, about a third less time at campaign size; near ties may swap places, 3-4 of 200 top-10 lists at 100,000 messages; where torch's int4 kernel reads another layout than the AVX-512 one, the first query makes an int8 copy instead) or int8 (read when the index is built).",
        choices=("int4", "int8")),
     _s("search_rebuild_share", float, 0.1, "Rebuild the in-memory index in the background once this share of its rows are dead (edits, deletes).", 0.01),

@@ -3,8 +3,8 @@ index's int4 (or int8) copy, rescored from the float vectors.
 
 At campaign size the dense scan is most of a search (bench/README.md, `scan_cost.py`): every
 item's and every passage's cosine with the query. The int4 copy (vectors.Int4Rows,
-`search_first_pass`) computes them at about a fifth of the float16 scan's cost after an idle
-pause, each off by about 5e-3; the int8 copy (vectors.Int8Rows) at about a third, off by about
+`search_first_pass`) computes them at under 30 % of the float16 scan's cost after an idle
+pause, each off by about 5e-3; the int8 copy (vectors.Int8Rows) at about 40 %, off by about
 5e-4. `rank` fuses those approximate channels as usual, then `rescored` takes its `refine_rows`
 best rows and scores them again from exact cosines: the item's own, its ±1 / ±2 neighbours' (its
 windows) and its passages'. The channels' means over all candidates stay the first pass's:

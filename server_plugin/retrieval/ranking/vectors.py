@@ -16,8 +16,8 @@ powers of two (`power_blocks`: a kernel per number of rows is compiled and kept 
 `Int4Rows` / `int4_dot` (the default) and `Int8Rows` / `int8_dot` are the first pass of a
 two-pass scan (ranking/refine.py, `search_first_pass`): a copy of the rows in 4 or 8 bits a
 component, each score off by ~5e-3 or ~5e-4 (standard deviation), never an answer by itself.
-After an idle pause, as a turn comes, the scan is bound by memory: the int8 copy costs about a
-third of the float16 scan, the int4 copy about a fifth (bench/README.md, `scan_cost.py`).
+After an idle pause, as a turn comes, the scan is bound by memory: the int8 copy costs about
+40 % of the float16 scan, the int4 copy under 30 % (bench/README.md, `scan_cost.py`).
 """
 
 from __future__ import annotations

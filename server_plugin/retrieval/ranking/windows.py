@@ -165,7 +165,8 @@ class Runs:
     """What the group and segment maxima read of an id column that no query changes (sessions'
     ids by row, passages' owners): where each run of equal ids starts in row order, the largest
     id (-1: none) and whether the ids never decrease. Made once per state of the rows
-    (`Corpus.runs`): at 100,000 messages the column passes it saves were ~2 ms of a search."""
+    (`Corpus.runs`): at 100,000 messages the passes it saves took ~2 ms measured alone after an
+    idle pause, a few tenths of a millisecond inside a search."""
 
     starts: np.ndarray
     top: int
