@@ -53,15 +53,18 @@ class Pass:
 def rescored(corpus: "Corpus", vector: np.ndarray, params: "RankingParams", score: np.ndarray,
              first: Pass) -> np.ndarray:
     """`score` (the first pass's fused scores, -inf outside the candidates) with its
-    `params.refine_rows` best rows scored again from exact cosines."""
+    `params.refine_rows` best rows scored again from exact cosines. Their channels are exact;
+    their spreads are made so too (over an int4 copy: `first_pass_noise`)."""
     rows = _best(score, params.refine_rows)
     if not len(rows):
         return score
     exact = _exact_channels(corpus, vector, params, first.channels, rows)
+    noise = first_pass_noise(corpus, vector, params, first.mask)
+    stats = corrected(first.stats, noise) if noise else first.stats
     fused = np.zeros(len(rows), dtype=np.float64)
     offset = 0.0
     weights = params.channel_weights()
-    for name, (mean, sd) in first.stats.items():
+    for name, (mean, sd) in stats.items():
         values = exact[name] if name in exact else first.channels[name][rows]
         fused += values * (weights[name] / sd)
         offset -= weights[name] * mean / sd
@@ -134,7 +137,8 @@ def _noise_terms(corpus: "Corpus", view: Int4View, params: "RankingParams",
         return np.where(at[:, None] >= 0, scale * scale, np.float32(0)).astype(np.float64)
 
     own = squares(rows)
-    out = {"dense": own.mean(axis=0), "dense_sent": own.mean(axis=0)}  # the best passage: as one row
+    mean = own.mean(axis=0)
+    out = {"dense": mean, "dense_sent": mean}  # the best passage: as one row
     nbr = corpus.neighbours
     if nbr is not None and corpus.win1_norm is not None and corpus.win2_norm is not None:
         w1, w2 = (list(params.window_weights) + [0.0, 0.0])[:2]

@@ -372,10 +372,8 @@ def rank(
     if mask is not None:
         score = np.where(mask, score, -np.inf)
     if coarse:
-        # The rescored rows' channels are exact; their spreads are made so too (int4: `noise`).
-        noise = refine.first_pass_noise(corpus, query.vector, params, mask)
-        score = refine.rescored(corpus, query.vector, params, score, refine.Pass(
-            channels, refine.corrected(stats, noise) if noise else stats, text.priors, fused, session, mask))
+        score = refine.rescored(corpus, query.vector, params, score,
+                                refine.Pass(channels, stats, text.priors, fused, session, mask))
     return score
 
 
