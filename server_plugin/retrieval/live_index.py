@@ -33,7 +33,7 @@ from . import docs as index
 from . import live_bulk, vec_chunks
 from .columns import Codes, Masks, Postings
 from . import ranking as R
-from .ranking import vectors as V
+from .ranking import kernels, vectors as V
 from . import visibility
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,7 @@ class LiveIndex:
         self.window_weights, self.dim = tuple(window_weights), dim
         # float16 vectors (`search_half_vectors`): half the memory; ranking.dot multiplies them.
         self.vtype = np.float16 if half else np.float32
-        # int4 or int8 copies of the item and passage vectors for ranking's first pass
-        # (`search_first_pass`, with `search_refine_rows` above 0)
+        # int4 / int8 copies of item and passage vectors: ranking's first pass (search_first_pass)
         self.coarse = V.coarse_copies(coarse, dim)
         self.n = 0
         self.dead = 0
@@ -484,8 +483,9 @@ def _maintain_until_closed(ref: "weakref.ref[SearchState]") -> None:
     if state is None or state.stopping:
         return
     state.load()
-    wake = state.wake
-    state = None
+    if state.svc.settings.search_compiled_first_pass:  # loaded (or compiled) now, not by a search
+        kernels.compiled()
+    wake, state = state.wake, None
     while True:
         woke = wake.wait(timeout=2.0)
         state = ref()

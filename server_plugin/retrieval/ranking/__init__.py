@@ -5,8 +5,9 @@ it keeps per item at write time with these functions (`analyze`, `dense_text`, `
 keeps an in-memory `Corpus` per store, and asks `rank` for scores; `live_index` and `search` own
 the caching and the visibility mask, this package owns the arithmetic, split by what it ranks
 on: `text` (terms, names, cues, passages), `dates`, `windows` (conversation structure),
-`lexical` (BM25, and what is kept between queries) and `score` (the channels, fusion, priors,
-`rank`). This module gathers their public names, so callers read
+`lexical` (BM25, and what is kept between queries), `score` (the channels, fusion, priors,
+`rank`), `refine` (the exact second pass of a campaign's dense scan) and `kernels` (its first
+pass and BM25's neighbour context as loops compiled by numba). This module gathers their public names, so callers read
 `ranking.rank`, `ranking.analyze`, … whatever submodule holds them.
 
 How a query is scored (each part measured on LoCoMo with bench/locomo_proto.py; the storage

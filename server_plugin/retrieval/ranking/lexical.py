@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from . import kernels
 from .windows import columns, neighbour_sum
 
 
@@ -61,6 +62,7 @@ def bm25(
     neighbours: np.ndarray | None = None,
     neighbour_weights: Sequence[float] = (),
     memo: dict[Any, Any] | None = None,
+    compiled: bool = False,
 ) -> np.ndarray:
     """Okapi BM25 score of every row for the query term counts `query`.
 
@@ -68,6 +70,8 @@ def bm25(
     plus its session neighbours' at `neighbour_weights` ("neighbour context"). With `mask`, the
     collection statistics (row count, mean length, document frequencies) are those of the
     candidates alone: a row the viewer may not see changes no score. `memo`: see `remembered`.
+    `compiled`: the neighbour context summed by numba's loop (kernels.bm25) where numba is there,
+    not spread with numpy per term (the same scores within rounding, no spread kept).
     """
     n = index.n_docs
     scores = np.zeros(n, dtype=np.float64)
@@ -88,13 +92,23 @@ def bm25(
 
     # The same for every query over these rows and candidates: kept in `memo` (see Corpus.memo).
     n_docs, norm = remembered(memo, ("bm25", k1, b, tuple(w for _, w in cols), n), mask, collection)
+    held = []
     for term, qtf in query.items():
         post = index.postings.get(term)
         if post is None:
             continue
         ix, tf = post
         df = len(ix) if mask is None else int(mask[ix].sum())
-        weight = qtf * idf(df, n_docs) * (bigram_weight if "_" in term else 1.0)
+        held.append((term, ix, tf, qtf * idf(df, n_docs) * (bigram_weight if "_" in term else 1.0)))
+    if compiled and cols:
+        near = np.zeros(neighbours.shape[1])  # type: ignore[union-attr]
+        for col, w in cols:
+            near[col ^ 1] = w  # the row whose neighbour col is j receives j's count at w (see spread)
+        holders = [(ix, tf, w) for _, ix, tf, w in held]
+        found = kernels.bm25(holders, neighbours, near, norm, k1, n)  # type: ignore[arg-type]
+        if found is not None:
+            return found
+    for term, ix, tf, weight in held:
         if cols:
             ix, tf = _spread_cached(index, term, ix, tf, neighbours, cols)  # type: ignore[arg-type]
         scores[ix] += weight * tf * (k1 + 1.0) / (tf + norm[ix])

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
+from . import kernels
 from .lexical import remembered
 from .vectors import INT4_GROUP, Int4View, bfloat16_value, dot, k_best
 from .windows import group_best, group_max, window_sums
@@ -76,10 +77,14 @@ def rescored(corpus: "Corpus", vector: np.ndarray, params: "RankingParams", scor
         gids = corpus.gids[rows]
         # A session's best row not rescored (rare: its first-pass score was below the rescored
         # rows', its exact one is not) still counts, with its first-pass score.
-        outside = np.ones(len(score), dtype=bool) if first.mask is None else first.mask.copy()
-        outside[rows] = False
-        best = np.maximum(group_max(fused, gids),
-                          group_best(first.fused, corpus.gids, outside, corpus.runs("gids"))[gids])
+        runs = corpus.runs("gids")
+        others = (kernels.best_outside(first.fused, corpus.gids, first.mask, rows, runs.top)
+                  if params.compiled else None)
+        if others is None:
+            outside = np.ones(len(score), dtype=bool) if first.mask is None else first.mask.copy()
+            outside[rows] = False
+            others = group_best(first.fused, corpus.gids, outside, runs)
+        best = np.maximum(group_max(fused, gids), others[gids])
         fused += params.w_session * ((best - mean) / sd)
     out = score.copy()
     out[rows] = fused

@@ -12,7 +12,7 @@ import numpy as np
 from .dates import date_prior, query_dates
 from .lexical import TermIndex, bm25, remembered
 from .text import Cast, analyze, is_temporal_query, rewrite_query
-from . import refine
+from . import kernels, refine
 from .vectors import Int4View, coarse_dot, coarse_ready, dot, k_best
 from .windows import Runs, group_max, runs_of, window_pair, window_scores
 
@@ -122,6 +122,7 @@ class RankingParams:
     date_tau_days: float
     query_person: str  # dense query: "first_person" or "strip"
     refine_rows: int  # rescored exactly after a first pass over an int4 / int8 copy (refine.py); 0: none
+    compiled: bool  # that first pass as numba's loops (kernels.py) where numba is there
     # Not settings: the stored counts hold single stems only (bigrams were flat on LoCoMo and
     # double the postings); the benchmarks measure them.
     bigrams: bool = False  # adjacent-stem bigrams in BM25 terms
@@ -254,6 +255,7 @@ def text_channels(
         corpus.terms, query.terms, k1=params.k1, b=params.b,
         bigram_weight=params.bigram_weight, mask=mask,
         neighbours=corpus.neighbours, neighbour_weights=params.neighbour_weights, memo=corpus.memo,
+        compiled=params.compiled,
     )}
 
 
@@ -309,6 +311,10 @@ class TextSide:
 
     channels: Mapping[str, np.ndarray]
     priors: np.ndarray | None
+    # The word channels' weighted z-scores summed with their offset and the priors, and their
+    # (mean, spread): what the compiled first pass adds the dense channels to (kernels.py). Made
+    # here, while the vector is being embedded, where a corpus has the copies that pass reads.
+    words: tuple[np.ndarray, Mapping[str, tuple[float, float]]] | None = None
 
 
 def text_side(
@@ -331,7 +337,18 @@ def text_side(
         lengths = corpus.content_len
         add(params.w_length * remembered(corpus.memo, ("length", len(lengths)), mask,
                                          lambda: zscore(np.log1p(lengths), mask)))
-    return TextSide(text_channels(corpus, query, params, mask), priors)
+    channels = text_channels(corpus, query, params, mask)
+    words = _fused_words(corpus, channels, priors, params, mask) if kernels.fits(corpus, params) else None
+    return TextSide(channels, priors, words)
+
+
+def _fused_words(corpus: Corpus, channels: Mapping[str, np.ndarray], priors: np.ndarray | None,
+                 params: RankingParams, mask: np.ndarray | None
+                 ) -> tuple[np.ndarray, dict[str, tuple[float, float]]]:
+    """The word channels fused as `fuse` does, plus the priors (see TextSide.words)."""
+    stats: dict[str, tuple[float, float]] = {}
+    words = fuse(channels, params.channel_weights(), mask, stats) if channels else np.zeros(len(corpus))
+    return (words if priors is None else words + priors), stats
 
 
 def rank(
@@ -357,6 +374,10 @@ def rank(
     coarse = bool(params.refine_rows and corpus.coarse is not None and corpus.win_vectors is None
                   and (len(corpus) if mask is None else np.count_nonzero(mask)) > params.refine_rows
                   and coarse_ready(corpus.coarse, corpus.vectors.shape[1]))
+    if coarse and kernels.fits(corpus, params):
+        compiled = _compiled_first_pass(corpus, query.vector, params, mask, text)
+        if compiled is not None:
+            return refine.rescored(corpus, query.vector, params, *compiled)
     channels = {**text.channels, **dense_channels(corpus, query.vector, params, coarse)}
     stats: dict[str, tuple[float, float]] = {}
     score = fuse(channels, params.channel_weights(), mask, stats)
@@ -375,6 +396,25 @@ def rank(
         score = refine.rescored(corpus, query.vector, params, score,
                                 refine.Pass(channels, stats, text.priors, fused, session, mask))
     return score
+
+
+def _compiled_first_pass(corpus: Corpus, vector: np.ndarray, params: RankingParams,
+                         mask: np.ndarray | None, text: TextSide) -> tuple[np.ndarray, refine.Pass] | None:
+    """`rank`'s first pass with numba's loops (kernels.py): the dense channels and the session
+    prior added there to the words' channels fused as `fuse` does (`TextSide.words`, made while
+    the vector was embedded). None where the loops are unavailable."""
+    words, word_stats = text.words or _fused_words(corpus, text.channels, text.priors, params, mask)
+    n = len(corpus)
+    every = remembered(corpus.memo, ("every row", n), None, lambda: np.ones(n, dtype=bool))
+    candidates = every if mask is None else mask
+    count = remembered(corpus.memo, ("candidates", n), mask, lambda: int(np.count_nonzero(candidates)))
+    base = coarse_dot(corpus.coarse, vector)  # type: ignore[arg-type]
+    sims = coarse_dot(corpus.coarse_sent, vector)  # type: ignore[arg-type]
+    done = kernels.first_pass(corpus, base, sims, params, candidates, count, words, word_stats)
+    if done is None:
+        return None
+    score, channels, stats, fused, session = done
+    return score, refine.Pass({**text.channels, **channels}, stats, text.priors, fused, session, mask)
 
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:

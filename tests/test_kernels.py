@@ -1,0 +1,117 @@
+"""The first pass as numba's loops (rule SW6, ranking/kernels.py): the same scores as numpy's
+passes over every row, where numba is there, and numpy's passes where it is not."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from server_plugin.retrieval import ranking as R
+from server_plugin.retrieval.ranking import kernels
+from server_plugin.retrieval.ranking import vectors as V
+from server_plugin.retrieval.ranking.windows import group_best, runs_of
+from server_plugin.retrieval.search import params_of
+from server_plugin.settings import defaults
+from tests.test_refine import DIM, KINDS, _campaign, _unit
+
+pytestmark = [pytest.mark.skipif(not V.int8_ready(DIM), reason="this torch has no int8 kernel"),
+              pytest.mark.skipif(kernels.compiled() is None, reason="numba cannot compile the loops here")]
+
+
+def _both(coarse: R.Corpus, query: R.Query, params: R.RankingParams,
+          mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    return (R.rank(coarse, query, replace(params, compiled=True), mask),
+            R.rank(coarse, query, replace(params, compiled=False), mask))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sw6_the_compiled_first_pass_scores_every_row_as_numpys_passes(kind):
+    """rule SW6: with the loops, every candidate's score is numpy's within 1e-6 (numpy
+    weighs a window's neighbours in float32, the loops in float64; the first pass's channels are
+    kept in float32), the best 20 in the same order; rows outside the candidates are -inf in
+    both. For a person (no mask), a viewer (a mask), and weights that leave channels out (a
+    window, the passages, the session prior)."""
+    rng = np.random.default_rng(41)
+    corpus, coarse, topics = _campaign(rng, n=4000, kind=kind)
+    base = replace(params_of(defaults()), refine_rows=200)
+    mask = np.ones(len(corpus), dtype=bool)
+    mask[rng.choice(len(corpus), 700, replace=False)] = False
+    assert kernels.fits(coarse, base)
+    variants = [base, replace(base, w_dense_win2=0.0), replace(base, w_dense_sent=0.0),
+                replace(base, w_session=0.0)]
+    for t, params in enumerate(variants):
+        vector = _unit(topics[t] + 2.0 * rng.standard_normal(DIM))
+        words = R.prepare_query("the sword by the river", R.Cast.build([]), None, params)
+        query = R.with_vector(words, vector)
+        for m in (None, mask):
+            fast, slow = _both(coarse, query, params, m)
+            finite = np.isfinite(slow)
+            assert np.array_equal(np.isfinite(fast), finite)
+            assert finite.sum() == (len(corpus) if m is None else m.sum())
+            assert np.abs(fast[finite] - slow[finite]).max() < 1e-6
+            assert np.array_equal(R.top_k(fast, 20), R.top_k(slow, 20))
+            assert not np.array_equal(fast, slow)  # the loops ran: another rounding than numpy's
+
+
+def test_sw6_without_the_loops_or_without_passages_numpys_passes_rank():
+    """rule SW6: where numba cannot compile the loops (`compiled` None), `rank` takes numpy's
+    passes: the same scores to the bit as with the setting off. Where the corpus has no passages
+    (`fits` False), the first pass is numpy's (BM25 still the loop's: within 1e-9)."""
+    rng = np.random.default_rng(43)
+    corpus, coarse, topics = _campaign(rng, n=2000)
+    params = replace(params_of(defaults()), refine_rows=100)
+    vector = _unit(topics[0] + 2.0 * rng.standard_normal(DIM))
+    query = R.with_vector(R.prepare_query("a storm at the tower", R.Cast.build([]), None, params), vector)
+    slow = R.rank(coarse, query, replace(params, compiled=False))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "compiled", lambda: None)
+        assert np.array_equal(R.rank(coarse, query, params), slow)
+    bare = replace(coarse, sent_vectors=None, sent_owner=None, coarse_sent=None)
+    assert not kernels.fits(bare, params) and kernels.fits(coarse, params)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "first_pass", lambda *a: pytest.fail("no passages: numpy's passes"))
+        got = R.rank(bare, query, params)
+    numpys = R.rank(bare, query, replace(params, compiled=False))
+    assert np.isfinite(got).all() and np.abs(got - numpys).max() < 1e-9
+
+
+def test_sw6_best_outside_is_each_sessions_best_candidate_not_rescored():
+    """rule SW6: the second pass's sessions read each session's best first-pass score among the
+    candidates it did not rescore, as `group_best` over those rows gives it."""
+    rng = np.random.default_rng(47)
+    gids = np.repeat(np.arange(50), 20)
+    gids[rng.choice(len(gids), 60, replace=False)] = -1
+    fused = rng.standard_normal(len(gids))
+    mask = rng.random(len(gids)) > 0.2
+    rows = rng.choice(len(gids), 120, replace=False)
+    pool = mask.copy()
+    pool[rows] = False
+    want = group_best(fused, gids, pool, runs_of(gids))
+    before = mask.copy()
+    got = kernels.best_outside(fused, gids, mask, rows, int(gids.max()))
+    assert got is not None and np.array_equal(got, want)
+    assert np.array_equal(mask, before)  # the caller's candidates are left as they were
+    everyone = kernels.best_outside(fused, gids, None, rows, int(gids.max()))
+    every = np.ones(len(gids), dtype=bool)
+    every[rows] = False
+    assert np.array_equal(everyone, group_best(fused, gids, every, runs_of(gids)))
+
+
+def test_sw6_compiled_bm25_sums_the_neighbour_context_as_numpys_spread():
+    """rule SW6: BM25 with its neighbour context summed by the compiled loop gives numpy's
+    scores (spread per term) within 1e-12, for every row, with and without candidates, for a
+    rare and a common term, and none of the spread cache is used."""
+    rng = np.random.default_rng(53)
+    corpus = _campaign(rng, n=3000)[0]
+    mask = rng.random(len(corpus)) > 0.3
+    for query in ({"sword": 1.0}, {"sword": 1.0, "river": 2.0, "nothing": 1.0}, {}):
+        for m in (None, mask):
+            common = dict(k1=1.5, b=0.9, mask=m, neighbours=corpus.neighbours, neighbour_weights=(0.9, 0.5))
+            slow = R.bm25(corpus.terms, query, **common)
+            terms = replace(corpus.terms, spread_cache=R.SpreadCache())
+            fast = R.bm25(terms, query, compiled=True, **common)
+            assert np.abs(fast - slow).max() <= 1e-12 * max(1.0, slow.max())
+            assert not terms.spread_cache
+            assert (slow > 0).sum() > 100 if query else not slow.any()
