@@ -115,3 +115,25 @@ def test_sw6_compiled_bm25_sums_the_neighbour_context_as_numpys_spread():
             assert np.abs(fast - slow).max() <= 1e-12 * max(1.0, slow.max())
             assert not terms.spread_cache
             assert (slow > 0).sum() > 100 if query else not slow.any()
+
+
+def test_sw6_compiled_k_best_picks_the_same_rows_as_a_selection():
+    """rule SW6: `kernels.k_best` gives the rows of the k best scores (a selection's set), in one
+    pass over them; it leaves small arrays, mostly -inf arrays and ties past its room to
+    `vectors.k_best` (None), and `top_k` then still answers."""
+    rng = np.random.default_rng(59)
+    scores = rng.standard_normal(109_000)
+    scores[rng.random(len(scores)) < 0.3] = -np.inf  # outside the candidates
+    for k in (1, 20, 300, 2000):
+        got = kernels.k_best(scores, k)
+        assert got is not None and len(got) == k
+        assert set(got.tolist()) == set(np.argpartition(-scores, k - 1)[:k].tolist())
+    assert np.array_equal(R.top_k(scores, 20, compiled=True), R.top_k(scores, 20))
+    assert kernels.k_best(scores[:1000], 20) is None  # small: a selection is as quick
+    hidden = np.full(len(scores), -np.inf)
+    hidden[:500] = scores[:500]
+    assert kernels.k_best(hidden, 20) is None  # the sample sees only -inf
+    assert np.array_equal(R.top_k(hidden, 20, compiled=True), R.top_k(hidden, 20))
+    flat = np.zeros(len(scores))
+    assert kernels.k_best(flat, 20) is None  # every row ties at the threshold: past its room
+    assert len(R.top_k(flat, 20, compiled=True)) == 20

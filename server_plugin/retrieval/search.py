@@ -163,7 +163,7 @@ def search(svc: Services, query: str, *, viewer_id: str | None = None, chat_id: 
             ready = query_vector(svc, query, chat_id)
         scores = R.rank(corpus, R.with_vector(prepared, ready), params, mask, text)
         # Twice k: a branch's copies (CP2c) are collapsed into one result below.
-        top = R.top_k(scores, 2 * k)
+        top = R.top_k(scores, 2 * k, params.compiled)
         picked = [(int(live.a["doc_id"][i]), float(scores[i])) for i in top]
     return one_of_each_copy(_results(svc, picked), chat_id)[:k]
 

@@ -56,7 +56,7 @@ def rescored(corpus: "Corpus", vector: np.ndarray, params: "RankingParams", scor
     """`score` (the first pass's fused scores, -inf outside the candidates) with its
     `params.refine_rows` best rows scored again from exact cosines. Their channels are exact;
     their spreads are made so too (over an int4 copy: `first_pass_noise`)."""
-    rows = _best(score, params.refine_rows)
+    rows = _best(score, params.refine_rows, params.compiled)
     if not len(rows):
         return score
     exact = _exact_channels(corpus, vector, params, first.channels, rows)
@@ -155,9 +155,11 @@ def _noise_terms(corpus: "Corpus", view: Int4View, params: "RankingParams",
     return out
 
 
-def _best(score: np.ndarray, k: int) -> np.ndarray:
-    """The rows of the `k` best finite scores, in no order."""
-    rows = k_best(score, k) if len(score) > k else np.arange(len(score))
+def _best(score: np.ndarray, k: int, compiled: bool) -> np.ndarray:
+    """The rows of the `k` best finite scores, in no order (`compiled`: kernels.k_best)."""
+    rows = (kernels.k_best(score, k) if compiled else None) if len(score) > k else np.arange(len(score))
+    if rows is None:
+        rows = k_best(score, k)
     return rows[np.isfinite(score[rows])]
 
 

@@ -417,12 +417,15 @@ def _compiled_first_pass(corpus: Corpus, vector: np.ndarray, params: RankingPara
     return score, refine.Pass({**text.channels, **channels}, stats, text.priors, fused, session, mask)
 
 
-def top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the `k` best finite scores, best first (ties keep item order)."""
+def top_k(scores: np.ndarray, k: int, compiled: bool = False) -> np.ndarray:
+    """Indices of the `k` best finite scores, best first (ties keep item order). `compiled`:
+    picked by kernels.k_best where it can (one pass), else by vectors.k_best."""
     if k <= 0 or len(scores) == 0:
         return np.zeros(0, dtype=np.int64)
     # The k best first, then the non-finite among them dropped (-inf sorts last): one pass over
     # the scores instead of first copying out every finite one.
-    best = k_best(scores, k) if len(scores) > k else np.arange(len(scores))
+    best = (kernels.k_best(scores, k) if compiled else None) if len(scores) > k else np.arange(len(scores))
+    if best is None:
+        best = k_best(scores, k)
     best = best[np.isfinite(scores[best])]
     return best[np.lexsort((best, -scores[best]))]
