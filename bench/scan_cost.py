@@ -5,6 +5,7 @@ bfloat16 index (neither shipped) save and change.
     python bench/scan_cost.py --store /work/bench_cache/campaign@100000            # cost
     python bench/scan_cost.py --store /work/bench_cache/campaign@100000 --quality  # + answers
     python bench/scan_cost.py --quality                     # answers on LoCoMo's local conversations
+    python bench/scan_cost.py --store /work/bench_cache/campaign@100000 --first-pass --n 80  # loops vs numpy
 
 Cost: the live index of a campaign_scale snapshot (item and passage vectors, float16, as the
 sidecar keeps them), each product timed after an idle pause (`--gap`, as turns come) and back to
@@ -225,6 +226,60 @@ def two_pass_corpus(c, kind: str):
                                coarse_sent=None if sent is None else passages.sync(sent, len(sent)))
 
 
+def first_pass(store: str, n: int, gap: float) -> None:
+    """`rank` with the first pass as numba's loops (`search_compiled_first_pass`, shipped) and as
+    numpy's passes, alternating on the same queries (LoCoMo questions, as a person and as one
+    character), each after `gap` s idle and another text embedded (as turns come); the words'
+    side (`text_side`: BM25 and the priors, with the loops also the words' fusion, which numpy's
+    passes do in `rank`) the same way. p50 / p95 ms, and how many top-10 lists the two agree on."""
+    import random
+
+    import campaign_scale as CS
+    from server_plugin.retrieval import search as S
+
+    svc, folder, state = QP.open_snapshot(store)
+    try:
+        live = state.live
+        corpus = live.corpus()
+        _, questions = CS.locomo()
+        times: dict[str, list[float]] = {}
+        same = total = 0
+        for i, q in enumerate(random.Random(19).sample(questions, n)):
+            viewer = None if i % 2 else "char00.png"
+            scopes = S.visibility.readable_scopes(svc.db.reader(), viewer) if viewer else ()
+            mask = live.candidates(viewer, scopes, [CS.CHAT], None)
+            params = S.reading_params(svc, q)
+            cast = S.query_cast(svc, CS.CHAT)
+            words = S.R.prepare_query(q, cast, None, params)
+            vector = svc.embedder.embed_one(S._dense_text(svc, q, cast), 30, kind="query")
+            query = S.R.with_vector(words, vector)
+            top = {}
+            for compiled in ((True, False) if i % 2 else (False, True)):
+                used = dataclasses.replace(params, compiled=compiled)
+                name = "loops" if compiled else "numpy"
+                for part in ("words", "rank"):
+                    time.sleep(gap)
+                    svc.embedder.embed_one(f"another turn {i} {name} {part}", 30)
+                    started = time.perf_counter()
+                    text = S.R.text_side(corpus, words, used, mask)
+                    if part == "rank":
+                        started = time.perf_counter()
+                        top[name] = S.R.top_k(S.R.rank(corpus, query, used, mask, text), 10, compiled)
+                    times.setdefault(f"{part}, {name}", []).append((time.perf_counter() - started) * 1000)
+            same += bool(np.array_equal(top["loops"], top["numpy"]))
+            total += 1
+        print(f"{len(corpus):,} rows; the two first passes give the same top 10 in the same order in "
+              f"{same} of {total} searches")
+        print("| part | first pass | p50 ms | p95 ms |\n| --- | --- | --- | --- |")
+        for key, values in times.items():
+            values = sorted(values[4:])
+            part, name = key.split(", ")
+            p95 = values[int(len(values) * 0.95)]
+            print(f"| {part} | {name} | {statistics.median(values):.2f} | {p95:.2f} |")
+    finally:
+        shutil.rmtree(folder)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -233,9 +288,13 @@ def main() -> None:
     parser.add_argument("--gaps", default="0.1,0", help="idle seconds before each timed call")
     parser.add_argument("--quality", action="store_true", help="also the answers of each way")
     parser.add_argument("--questions", type=int, default=100, help="questions per viewer at the store")
+    parser.add_argument("--first-pass", action="store_true",
+                        help="at the store, rank with the first pass as numba's loops and as numpy's passes")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    if args.store:
+    if args.store and args.first_pass:
+        first_pass(args.store, args.n, float(args.gaps.split(",")[0]))
+    elif args.store:
         cost(args.store, args.n, [float(g) for g in args.gaps.split(",")])
     if args.quality:
         quality_at_store(args.store, args.questions) if args.store else quality_on_locomo()

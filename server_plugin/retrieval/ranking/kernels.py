@@ -1,11 +1,12 @@
-"""The first pass of the two-pass dense scan (SW6, refine.py) as three compiled loops over the
-rows, with numba (setting `search_compiled_first_pass`).
+"""The first pass of the two-pass dense scan (SW6, refine.py) as compiled loops over the rows,
+with numba (setting `search_compiled_first_pass`), and two more loops a campaign's search reads
+every row for: BM25's neighbour context (`bm25`) and the pick of the best rows (`k_best`).
 
-At campaign size, once the int4 scan is done, what a search spends is numpy's passes over every
+At campaign size, once the int4 scan is done, what a search spent was numpy's passes over every
 row: the windows (four gathers), the best passage, each channel's mean and spread, the weighted
 sum, the sessions' maxima and their spread, the mask. Some thirty passes over 100,000-row arrays,
-each a trip to memory after an idle pause: about 8 ms of a search at 100,000 messages. Here they
-are three loops (`bench/README.md`, `scan_cost.py`):
+each a trip to memory after an idle pause: about 7 ms of a search at 100,000 messages, 2 here
+(`bench/README.md`, `scan_cost.py --first-pass`). Three loops:
 
 1. `_channels`: each row's ±1 / ±2 window sums over its neighbours' first-pass cosines, divided
    by the window norms; its best passage (or its own cosine); the sums and sums of squares of the
@@ -16,9 +17,10 @@ are three loops (`bench/README.md`, `scan_cost.py`):
    -inf outside the candidates.
 
 The arithmetic is that of `score.dense_channels`, `score.fuse` and `rank`'s session prior (the
-channels kept in float32; the sums in float64). tests/test_kernels.py holds the two to the same
-scores within 1e-9 and the same order. Without numba (or where a loop cannot be compiled, or with
-the setting off) `rank` takes numpy's passes: the same answers, slower.
+channels kept in float32, the sums in float64; numpy weighs a window's neighbours in float32):
+tests/test_kernels.py holds the two to every score within 1e-6 and the same top 20. Without
+numba (or where a loop cannot be compiled, or with the setting off) ranking takes numpy's passes:
+the same answers, slower.
 """
 
 from __future__ import annotations
