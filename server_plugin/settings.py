@@ -248,7 +248,7 @@ SEARCH = [
     _s("search_refine_rows", int, 300, "Dense scan in two passes: every row over a copy of the index's vectors in fewer bits (search_first_pass), then this many best rows rescored exactly (at campaign size 30-40 % of the scan's cost). 0: every row scored exactly, no copy (read when the index is built).", 0),
     _s("search_first_pass", str, "int4", "The copy the dense scan's first pass reads (with search_refine_rows above 0): int4 (4 bits a component: half int8's memory, about a third less time at campaign size; near ties may swap places, 3-4 of 200 top-10 lists at 100,000 messages; where torch's int4 kernel reads another layout than the AVX-512 one, the first query makes an int8 copy instead) or int8 (read when the index is built).",
        choices=("int4", "int8")),
-    _s("search_compiled_first_pass", bool, True, "Run the dense scan's first pass (after its int4 / int8 scan: windows, best passages, fusion, session prior) as three loops compiled by numba instead of numpy's passes over every row: about 4 ms less a search at 100,000 messages, the same answers. Without numba, numpy's passes.",),
+    _s("search_compiled_first_pass", bool, True, "Run the dense scan's first pass (after its int4 / int8 scan: windows, best passages, fusion, session prior), BM25's neighbour context and the pick of the best rows as loops compiled by numba instead of numpy's passes over every row: about 5 ms less a search at 100,000 messages, the same answers. Without numba, numpy's passes."),
     _s("search_rebuild_share", float, 0.1, "Rebuild the in-memory index in the background once this share of its rows are dead (edits, deletes).", 0.01),
 ]
 
