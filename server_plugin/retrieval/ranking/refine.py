@@ -156,10 +156,8 @@ def _noise_terms(corpus: "Corpus", view: Int4View, params: "RankingParams",
 
 
 def _best(score: np.ndarray, k: int, compiled: bool) -> np.ndarray:
-    """The rows of the `k` best finite scores, in no order (`compiled`: kernels.k_best)."""
-    rows = (kernels.k_best(score, k) if compiled else None) if len(score) > k else np.arange(len(score))
-    if rows is None:
-        rows = k_best(score, k)
+    """The rows of the `k` best finite scores, in no order (`compiled`: see `k_best`)."""
+    rows = k_best(score, k, compiled) if len(score) > k else np.arange(len(score))
     return rows[np.isfinite(score[rows])]
 
 

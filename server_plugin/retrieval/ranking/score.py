@@ -371,11 +371,11 @@ def rank(
         text = text_side(corpus, query, params, mask)
     # A first pass over the int4 (or int8) copy, then the best rows rescored exactly (refine.py): a
     # campaign's dense scan at a fraction of the cost, the same answers in its top rows.
+    count = len(corpus) if mask is None else int(np.count_nonzero(mask))
     coarse = bool(params.refine_rows and corpus.coarse is not None and corpus.win_vectors is None
-                  and (len(corpus) if mask is None else np.count_nonzero(mask)) > params.refine_rows
-                  and coarse_ready(corpus.coarse, corpus.vectors.shape[1]))
+                  and count > params.refine_rows and coarse_ready(corpus.coarse, corpus.vectors.shape[1]))
     if coarse and kernels.fits(corpus, params):
-        compiled = _compiled_first_pass(corpus, query.vector, params, mask, text)
+        compiled = _compiled_first_pass(corpus, query.vector, params, mask, count, text)
         if compiled is not None:
             return refine.rescored(corpus, query.vector, params, *compiled)
     channels = {**text.channels, **dense_channels(corpus, query.vector, params, coarse)}
@@ -399,15 +399,15 @@ def rank(
 
 
 def _compiled_first_pass(corpus: Corpus, vector: np.ndarray, params: RankingParams,
-                         mask: np.ndarray | None, text: TextSide) -> tuple[np.ndarray, refine.Pass] | None:
+                         mask: np.ndarray | None, count: int,
+                         text: TextSide) -> tuple[np.ndarray, refine.Pass] | None:
     """`rank`'s first pass with numba's loops (kernels.py): the dense channels and the session
     prior added there to the words' channels fused as `fuse` does (`TextSide.words`, made while
     the vector was embedded). None where the loops are unavailable."""
     words, word_stats = text.words or _fused_words(corpus, text.channels, text.priors, params, mask)
     n = len(corpus)
-    every = remembered(corpus.memo, ("every row", n), None, lambda: np.ones(n, dtype=bool))
-    candidates = every if mask is None else mask
-    count = remembered(corpus.memo, ("candidates", n), mask, lambda: int(np.count_nonzero(candidates)))
+    candidates = (remembered(corpus.memo, ("every row", n), None, lambda: np.ones(n, dtype=bool))
+                  if mask is None else mask)
     base = coarse_dot(corpus.coarse, vector)  # type: ignore[arg-type]
     sims = coarse_dot(corpus.coarse_sent, vector)  # type: ignore[arg-type]
     done = kernels.first_pass(corpus, base, sims, params, candidates, count, words, word_stats)
@@ -419,13 +419,11 @@ def _compiled_first_pass(corpus: Corpus, vector: np.ndarray, params: RankingPara
 
 def top_k(scores: np.ndarray, k: int, compiled: bool = False) -> np.ndarray:
     """Indices of the `k` best finite scores, best first (ties keep item order). `compiled`:
-    picked by kernels.k_best where it can (one pass), else by vectors.k_best."""
+    see vectors.k_best."""
     if k <= 0 or len(scores) == 0:
         return np.zeros(0, dtype=np.int64)
     # The k best first, then the non-finite among them dropped (-inf sorts last): one pass over
     # the scores instead of first copying out every finite one.
-    best = (kernels.k_best(scores, k) if compiled else None) if len(scores) > k else np.arange(len(scores))
-    if best is None:
-        best = k_best(scores, k)
+    best = k_best(scores, k, compiled) if len(scores) > k else np.arange(len(scores))
     best = best[np.isfinite(scores[best])]
     return best[np.lexsort((best, -scores[best]))]
