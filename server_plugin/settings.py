@@ -68,6 +68,8 @@ SERVER = [
        "Exact browser origins allowed to call the API (SillyTavern's)."),
     _s("allowed_hosts", list, [], "Extra Host header values accepted besides loopback names on our port."),
     _s("threads", int, 6, "Request threads of the HTTP server.", 1),
+    _s("malloc_arenas", int, 2, "glibc malloc arenas of `chronicler serve` (Linux); 0 keeps glibc's "
+       "8 per core, each request thread then keeping its own searches' temporaries.", 0),
     _s("max_body_bytes", int, 1_048_576, "Largest request body on ordinary routes (413 above).", 1024),
     _s("max_import_bytes", int, 67_108_864, "Largest request body on card and World Info imports (413 above).", 1024),
     _s("max_store_import_bytes", int, 536_870_912,

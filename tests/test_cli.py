@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -127,3 +128,37 @@ def test_the_windows_lock_refuses_a_second_holder(tmp_path, monkeypatch):
         assert where == [cli.WINDOWS_LOCK_OFFSET] * 2 and cli.WINDOWS_LOCK_OFFSET > len(text.encode())
     finally:
         first.close()
+
+
+ARENAS = """
+import ctypes, sys, threading
+from server_plugin.cli import limit_malloc_arenas
+print(limit_malloc_arenas(int(sys.argv[1])))
+ready = threading.Barrier(9)
+def allocate():
+    kept = [bytearray(65536) for _ in range(8)]  # past pymalloc: each thread's malloc picks its arena
+    ready.wait()
+    ready.wait()
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for t in threads:
+    t.start()
+ready.wait()  # all eight hold their blocks: none has handed its arena back
+sys.stdout.flush()
+ctypes.CDLL(None).malloc_stats()  # one "Arena N:" block per arena, on stderr
+ready.wait()
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
+def test_op10_serve_keeps_its_malloc_arenas_to_the_setting():
+    """With `malloc_arenas` 2, eight threads that allocate at once share two arenas; with 0 (glibc's
+    own limit) they take more: the limit is what keeps a search's temporaries from being held once
+    per request thread."""
+    arenas = {}
+    for count in (2, 0):
+        done = subprocess.run([sys.executable, "-c", ARENAS, str(count)], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == str(count > 0)
+        arenas[count] = done.stderr.count("Arena ")
+    assert arenas[2] == 2 and arenas[0] > 2, arenas
