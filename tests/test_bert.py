@@ -154,6 +154,62 @@ def test_queries_in_bfloat16_stay_within_its_cosine_and_what_is_stored_stays_flo
         encoder._half = None
 
 
+def test_a_query_traced_once_gives_the_eager_vectors_to_the_bit(encoder, monkeypatch):
+    """trace_query: one query's pass as a TorchScript graph, run with no Python between its
+    operations, in either precision, for a text of any length (empty, cut at 256 tokens, other
+    scripts): the eager pass's vectors exactly. Batches and what is stored keep the eager pass;
+    a change of precision drops the graph."""
+    probes = ("hi", "What did she say about the lighthouse last summer?", "word " * 300)
+    try:
+        for half in (False, True):
+            encoder._half = encoder._query_graph = None
+            if half:
+                encoder.use_half()
+            eager = [encoder.encode([text], query=True) for text in TEXTS]
+            assert encoder.trace_query(probes) and encoder._query_graph is not None
+            with monkeypatch.context() as m:  # the graph alone answers: the eager pass would fail
+                m.setattr(encoder, "_forward", lambda *a: (_ for _ in ()).throw(AssertionError("eager")))
+                for text, vector in zip(TEXTS, eager):
+                    assert np.array_equal(encoder.encode([text], query=True), vector), text
+                with pytest.raises(AssertionError, match="eager"):
+                    encoder.encode(TEXTS[:2], query=True)
+                with pytest.raises(AssertionError, match="eager"):
+                    encoder.encode(TEXTS[:1])
+        encoder.use_half()
+        assert encoder._query_graph is None
+    finally:
+        encoder._half = encoder._query_graph = None
+
+
+def test_a_query_pass_the_tracer_cannot_follow_or_gives_other_vectors_stays_eager(encoder, monkeypatch):
+    import torch
+
+    probes = ("hi", "What did she say about the lighthouse last summer?")
+    real_trace = torch.jit.trace
+    try:
+        monkeypatch.setattr(torch.jit, "trace", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("no")))
+        assert encoder.trace_query(probes) is False and encoder._query_graph is None
+
+        def off_by_a_bit(module, inputs, **kwargs):
+            graph = real_trace(module, inputs, **kwargs)
+            return lambda ids: graph(ids) * (1 + 1e-6)
+
+        monkeypatch.setattr(torch.jit, "trace", off_by_a_bit)
+        assert encoder.trace_query(probes) is False and encoder._query_graph is None
+    finally:
+        encoder._query_graph = None
+
+
+def test_the_packaged_embedder_traces_its_query_pass_once_ready(embedder):
+    embedder.settle()
+    assert embedder._encoder is not None and embedder._encoder._query_graph is not None
+    text = "Where did Ayla hide the lantern before the storm?"
+    embedder._cache.clear()
+    assert np.array_equal(embedder.embed_one(text, 60, kind="query"),
+                          embedder._encoder._pooled(*embedder._encoder._ids([text]),
+                                                    embedder._encoder._half).numpy()[0])
+
+
 def test_bfloat16_is_refused_when_it_is_not_faster_or_not_close(encoder, monkeypatch):
     probes = ("hi", "What did she say about the lighthouse last summer?")
     monkeypatch.setattr(encoder, "_cost", lambda text, query, tries: 1.0)  # no faster

@@ -99,6 +99,7 @@ class Encoder:
         tokenizer.enable_truncation(max_length=shape.max_tokens)  # longest_first, as the folder's own
         self._tokenizer = tokenizer
         self._half: dict[str, Any] | None = None  # bfloat16 layers for queries (choose_query_precision)
+        self._query_graph: Any = None  # one query's pass, traced (trace_query)
         weights = load_file(os.path.join(path, "model.safetensors"))
         self._w = {k.removeprefix("bert."): v.float() for k, v in weights.items()}
         self._check()
@@ -169,7 +170,7 @@ class Encoder:
         for i in range(shape.layers):
             at = f"encoder.layer.{i}."
             qkv = f.linear(x, w[at + "attention.self.qkv.weight"], w[at + "attention.self.qkv.bias"])
-            q, k, v = qkv.view(n, width, 3, heads, size).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv.view(n, width, 3, heads, size).permute(2, 0, 3, 1, 4).unbind(0)
             a = f.scaled_dot_product_attention(q, k, v, attn_mask=bias)
             a = a.transpose(1, 2).reshape(n, width, shape.hidden)
             a = f.linear(a, w[at + "attention.output.dense.weight"], w[at + "attention.output.dense.bias"])
@@ -186,17 +187,60 @@ class Encoder:
         stored is always embedded in float32, as sentence-transformers does)."""
         torch = self._torch
         layers = self._half if query else None
+        graph = self._query_graph if query and len(texts) == 1 else None
+        if graph is not None:
+            ids, _ = self._ids(texts)
+            with torch.inference_mode():
+                return graph(ids).numpy()
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         with torch.inference_mode():
             for start in range(0, len(order), batch_size):
                 rows = order[start:start + batch_size]
-                ids, mask = self._ids([texts[i] for i in rows])
-                tokens = self._forward(ids, mask, layers)
-                m = mask[:, :, None].float()
-                mean = (tokens * m).sum(1) / m.sum(1).clamp(min=1e-9)
-                out[rows] = torch.nn.functional.normalize(mean, p=2, dim=1).numpy()
+                out[rows] = self._pooled(*self._ids([texts[i] for i in rows]), layers).numpy()
         return out
+
+    def _pooled(self, ids: Any, mask: Any, layers: dict[str, Any] | None) -> Any:
+        """Unit vectors of one padded batch: the mean of its token vectors under the mask."""
+        tokens = self._forward(ids, mask, layers)
+        m = mask[:, :, None].float()
+        mean = (tokens * m).sum(1) / m.sum(1).clamp(min=1e-9)
+        return self._torch.nn.functional.normalize(mean, p=2, dim=1)
+
+    def trace_query(self, probes: Sequence[str]) -> bool:
+        """Trace one query's pass once (TorchScript, in the query precision), for `encode` to run
+        instead of the eager one. The traced graph runs its operations without Python between
+        them: the eager pass takes the interpreter back ~100 times a query, and while the
+        request's other work holds it (BM25 and the priors of a search, a context call's other
+        parts) each of those waits. Kept only when it gives the eager vectors, to the bit, for
+        every probe (texts of several lengths); False otherwise, and the eager pass stays."""
+        torch = self._torch
+        layers = self._half
+
+        class OneText(torch.nn.Module):
+            def __init__(self, encoder: "Encoder") -> None:
+                super().__init__()
+                self.encoder = encoder
+
+            def forward(self, ids: Any) -> Any:
+                return self.encoder._pooled(ids, torch.ones_like(ids), layers)
+
+        # The tracer's notes on the Python values it fixes (one text, no padding: the probes below
+        # check them) are off at their source: warnings' filters are process-wide and not
+        # thread-safe, and this runs on the load thread beside requests.
+        torch._C._jit_set_tracer_state_warn(False)
+        try:
+            ids, _ = self._ids([probes[len(probes) // 2]])
+            with torch.inference_mode():
+                graph = torch.jit.trace(OneText(self), (ids,), check_trace=False)
+                same = all(torch.equal(graph(self._ids([t])[0]), self._pooled(*self._ids([t]), layers))
+                           for t in probes)
+        except Exception:  # a torch whose tracer cannot follow this pass: the eager one is as right
+            return False
+        finally:
+            torch._C._jit_set_tracer_state_warn(True)
+        self._query_graph = graph if same else None
+        return same
 
     def choose_query_precision(self, probes: Sequence[str], tries: int = 5) -> str:
         """bfloat16 for queries where this CPU runs it clearly faster than float32 (one with
@@ -216,12 +260,13 @@ class Encoder:
                     return "bfloat16"
         except RuntimeError:  # a torch build without bfloat16 kernels for one of these operations
             pass
-        self._half = None
+        self._half = self._query_graph = None
         return "float32"
 
     def use_half(self) -> None:
         """Embed queries in bfloat16 from now on (the layers' weights converted once)."""
         torch = self._torch
+        self._query_graph = None  # traced in the precision before
         self._half = {k: v.to(torch.bfloat16) for k, v in self._w.items() if k.startswith("encoder.")}
 
     def _cost(self, text: str, query: bool, tries: int) -> float:

@@ -229,12 +229,15 @@ class Embedder:
         finally:
             self.load_seconds = time.perf_counter() - started
             # Marked before ready, so an exit right after ready waits for the trace (settle).
-            self._tracing = self.error is None and self._direct
+            self._tracing = self.error is None and (self._direct or self._encoder is not None)
             self._ready.set()
         if self._tracing:
             # After ready (0.4 s): a query meanwhile takes the eager pass, start-up waits for neither.
             try:
-                self._traced = _traced(self._model)
+                if self._encoder is not None:
+                    self._encoder.trace_query(_PROBES)
+                else:
+                    self._traced = _traced(self._model)
             finally:
                 self._tracing = False
 
