@@ -149,15 +149,32 @@ ready.wait()
 """
 
 
+# `serve` up to its first step past the settings: what it hands the arena limit.
+SERVE_ARENAS = """
+import sys
+import server_plugin.cli as cli
+def told(count):
+    print("arenas", count)
+    raise SystemExit(0)
+cli.limit_malloc_arenas = told
+cli.main(["serve", "--data-dir", sys.argv[1]])
+"""
+
+
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
-def test_op10_serve_keeps_its_malloc_arenas_to_the_setting():
-    """With `malloc_arenas` 2, eight threads that allocate at once share two arenas; with 0 (glibc's
-    own limit) they take more: the limit is what keeps a search's temporaries from being held once
-    per request thread."""
+def test_op10_serve_keeps_its_malloc_arenas_to_the_setting(tmp_path):
+    """`serve` limits malloc by the setting `malloc_arenas` before anything else starts. With 2,
+    eight threads that allocate at once share two arenas; with 0 (glibc's own limit) they take
+    more: the limit is what keeps a search's temporaries from being held once per request thread."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for env, said in (({}, "arenas 2"), ({"CHRONICLER_MALLOC_ARENAS": "3"}, "arenas 3")):
+        done = subprocess.run([sys.executable, "-c", SERVE_ARENAS, str(tmp_path)], capture_output=True,
+                              text=True, cwd=root, timeout=60, env={**os.environ, **env})
+        assert done.returncode == 0 and done.stdout.strip() == said, (done.stdout, done.stderr[-2000:])
     arenas = {}
     for count in (2, 0):
         done = subprocess.run([sys.executable, "-c", ARENAS, str(count)], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=60)
+                              cwd=root, timeout=60)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == str(count > 0)
         arenas[count] = done.stderr.count("Arena ")
