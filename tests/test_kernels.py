@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from server_plugin.retrieval import ranking as R
-from server_plugin.retrieval.ranking import kernels
+from server_plugin.retrieval.ranking import kernels, lexical
 from server_plugin.retrieval.ranking import vectors as V
 from server_plugin.retrieval.ranking.windows import group_best, runs_of
 from server_plugin.retrieval.search import params_of
@@ -102,18 +102,32 @@ def test_sw6_best_outside_is_each_sessions_best_candidate_not_rescored():
 def test_sw6_compiled_bm25_sums_the_neighbour_context_as_numpys_spread():
     """rule SW6: BM25 with its neighbour context summed by the compiled loop gives numpy's
     scores (spread per term) within 1e-12, for every row, with and without candidates, for a
-    rare and a common term, and none of the spread cache is used."""
+    rare and a common term. The loop keeps each term's spread in the spread cache (the rows and
+    counts numpy's `spread` gives), and a later query scores the terms it finds there from it,
+    beside terms it does not find: the same scores again."""
     rng = np.random.default_rng(53)
     corpus = _campaign(rng, n=3000)[0]
     mask = rng.random(len(corpus)) > 0.3
+    weights = (0.9, 0.5)
+    cols = lexical.columns(2, weights)
     for query in ({"sword": 1.0}, {"sword": 1.0, "river": 2.0, "nothing": 1.0}, {}):
         for m in (None, mask):
-            common = dict(k1=1.5, b=0.9, mask=m, neighbours=corpus.neighbours, neighbour_weights=(0.9, 0.5))
+            common = dict(k1=1.5, b=0.9, mask=m, neighbours=corpus.neighbours, neighbour_weights=weights)
             slow = R.bm25(corpus.terms, query, **common)
             terms = replace(corpus.terms, spread_cache=R.SpreadCache())
             fast = R.bm25(terms, query, compiled=True, **common)
             assert np.abs(fast - slow).max() <= 1e-12 * max(1.0, slow.max())
-            assert not terms.spread_cache
+            assert set(terms.spread_cache) == {t for t in query if t in corpus.terms.postings}
+            for term, (key, rows, counts) in terms.spread_cache.items():
+                ix, tf = corpus.terms.postings[term]
+                want_rows, want_counts = R.spread(ix, tf, corpus.neighbours, cols, len(corpus))
+                order = np.argsort(rows)
+                assert key == tuple(cols) and np.array_equal(rows[order], want_rows)
+                assert np.allclose(counts[order], want_counts, rtol=0, atol=1e-12)
+            again = R.bm25(terms, {**query, "ring": 1.0}, compiled=True, **common)  # kept + one new
+            want = R.bm25(corpus.terms, {**query, "ring": 1.0}, **common)
+            assert np.abs(again - want).max() <= 1e-12 * max(1.0, want.max())
+            assert "ring" in terms.spread_cache
             assert (slow > 0).sum() > 100 if query else not slow.any()
 
 

@@ -71,7 +71,8 @@ def bm25(
     collection statistics (row count, mean length, document frequencies) are those of the
     candidates alone: a row the viewer may not see changes no score. `memo`: see `remembered`.
     `compiled`: the neighbour context summed by numba's loop (kernels.bm25) where numba is there,
-    not spread with numpy per term (the same scores within rounding, no spread kept).
+    not spread with numpy per term (the same scores within rounding); either way each term's
+    spread is kept in the index's spread cache, and a term found there is scored from it.
     """
     n = index.n_docs
     scores = np.zeros(n, dtype=np.float64)
@@ -101,11 +102,7 @@ def bm25(
         df = len(ix) if mask is None else int(mask[ix].sum())
         held.append((term, ix, tf, qtf * idf(df, n_docs) * (bigram_weight if "_" in term else 1.0)))
     if compiled and cols:
-        near = np.zeros(neighbours.shape[1])  # type: ignore[union-attr]
-        for col, w in cols:
-            near[col ^ 1] = w  # the row whose neighbour col is j receives j's count at w (see spread)
-        holders = [(ix, tf, w) for _, ix, tf, w in held]
-        found = kernels.bm25(holders, neighbours, near, norm, k1, n)  # type: ignore[arg-type]
+        found = _compiled(index, held, neighbours, cols, norm, k1)  # type: ignore[arg-type]
         if found is not None:
             return found
     for term, ix, tf, weight in held:
@@ -144,25 +141,61 @@ def spread(ix: np.ndarray, tf: np.ndarray, neighbours: np.ndarray,
 SPARSE_SPREAD = 16  # a term whose spread rows are under 1/16 of all rows is summed sparsely
 
 
+def _compiled(index: TermIndex, held: list[tuple[str, np.ndarray, np.ndarray, float]],
+              neighbours: np.ndarray, cols: list[tuple[int, float]], norm: np.ndarray,
+              k1: float) -> np.ndarray | None:
+    """BM25 by kernels.bm25: the terms the spread cache holds from their spreads (one pass over
+    each, instead of summing the neighbour context again), the others from their holders, their
+    spreads then kept. None without the compiled loops."""
+    near = np.zeros(neighbours.shape[1])
+    for col, w in cols:
+        near[col ^ 1] = w  # the row whose neighbour col is j receives j's count at w (see spread)
+    kept, missing = [], []
+    for term, ix, tf, weight in held:
+        found = _cached_spread(index, term, cols)
+        if found is not None:
+            kept.append((*found, weight))
+        else:
+            missing.append((term, ix, tf, weight))
+    done = kernels.bm25([(ix, tf, w) for _, ix, tf, w in missing], neighbours, near, norm, k1,
+                        index.n_docs, kept)
+    if done is None:
+        return None
+    scores, spreads = done
+    for (term, *_), (rows, counts) in zip(missing, spreads):
+        _keep_spread(index, term, cols, rows, counts)
+    return scores
+
+
+def _cached_spread(index: TermIndex, term: str,
+                   cols: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The term's spread as the index's cache keeps it for these neighbour columns, or None."""
+    found = None if index.spread_cache is None else index.spread_cache.get(term)
+    return (found[1], found[2]) if found is not None and found[0] == tuple(cols) else None
+
+
+def _keep_spread(index: TermIndex, term: str, cols: list[tuple[int, float]], rows: np.ndarray,
+                 counts: np.ndarray) -> None:
+    """Keep a term's spread in the index's cache (none: nothing kept), within its bounds."""
+    cache = index.spread_cache
+    if cache is None:
+        return
+    if len(cache) >= SPREAD_CACHE_TERMS or getattr(cache, "nbytes", 0) > SPREAD_CACHE_BYTES:
+        cache.clear()  # a bound, not an LRU: refilling costs one query's worth of spreading
+    cache[term] = (tuple(cols), rows, counts)
+    if isinstance(cache, SpreadCache):
+        cache.nbytes += rows.nbytes + counts.nbytes
+
+
 def _spread_cached(index: TermIndex, term: str, ix: np.ndarray, tf: np.ndarray,
                    neighbours: np.ndarray, cols: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:
     """`spread`, kept per term in the index's cache: common words of a long action have
     thousands of rows, and spreading them is most of a query's BM25 time."""
-    cache = index.spread_cache
-    if cache is None:
-        return spread(ix, tf, neighbours, cols, index.n_docs)
-    key = tuple(cols)
-    found = cache.get(term)
-    if found is not None and found[0] == key:
-        return found[1], found[2]
-    rows, counts = spread(ix, tf, neighbours, cols, index.n_docs)
-    held = getattr(cache, "nbytes", 0)
-    if len(cache) >= SPREAD_CACHE_TERMS or held > SPREAD_CACHE_BYTES:
-        cache.clear()  # a bound, not an LRU: refilling costs one query's worth of spreading
-    cache[term] = (key, rows, counts)
-    if isinstance(cache, SpreadCache):
-        cache.nbytes += rows.nbytes + counts.nbytes
-    return rows, counts
+    found = _cached_spread(index, term, cols)
+    if found is None:
+        found = spread(ix, tf, neighbours, cols, index.n_docs)
+        _keep_spread(index, term, cols, *found)
+    return found
 
 
 SPREAD_CACHE_TERMS = 20_000
