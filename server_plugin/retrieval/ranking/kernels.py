@@ -16,8 +16,9 @@ each a trip to memory after an idle pause: about 7 ms of a search at 100,000 mes
 3. `_with_session`: the session prior's mean and spread over the candidates, the prior added,
    -inf outside the candidates.
 
-BM25's loop (`_bm25`) also hands back each term's spread (the rows it reached and their counts)
-for lexical's spread cache; a term found there is scored by `_bm25_spread`, one pass over it.
+BM25's neighbour context is two loops: `_spreads` sums each term's counts over its holders and
+their neighbours (what lexical's spread cache keeps), `_bm25_spread` scores a term from its
+spread, kept or just made.
 
 The arithmetic is that of `score.dense_channels`, `score.fuse` and `rank`'s session prior (the
 channels kept in float32, the sums in float64; numpy weighs a window's neighbours in float32):
@@ -144,19 +145,16 @@ def _best_outside(fused: np.ndarray, gids: np.ndarray, mask: np.ndarray, taken: 
             best[g] = fused[i]
 
 
-def _bm25(rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, weights: np.ndarray,
-          nbr: np.ndarray, near: np.ndarray, norm: np.ndarray, k1: float, scores: np.ndarray,
-          acc: np.ndarray, touched: np.ndarray, out_rows: np.ndarray, out_tf: np.ndarray,
-          out_starts: np.ndarray) -> None:  # pragma: no cover
-    """`scores` += each term's BM25 over the rows that hold it or neighbour one: a row's count is
-    its own plus its neighbours' at `near` (the weight of each neighbour column). Term t's
-    holders are rows[starts[t]:starts[t + 1]], its weight (query count times idf) weights[t];
-    `norm` is k1·(1 - b + b·length / mean length) per row. `acc` (zeros, left zeros) and
-    `touched` (room for five rows a holder) are scratch: no array of every row per term. Term
-    t's spread (each row it reached and that row's count) is left in
-    out_rows / out_tf[out_starts[t]:out_starts[t + 1]], for the spread cache."""
+def _spreads(rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, nbr: np.ndarray,
+             near: np.ndarray, acc: np.ndarray, touched: np.ndarray, out_rows: np.ndarray,
+             out_tf: np.ndarray, out_starts: np.ndarray) -> None:  # pragma: no cover
+    """Each term's spread (lexical.spread): the rows that hold it or neighbour a holder, each
+    with its own count plus its neighbours' at `near` (the weight of each neighbour column).
+    Term t's holders are rows[starts[t]:starts[t + 1]]; its spread is left in
+    out_rows / out_tf[out_starts[t]:out_starts[t + 1]]. `acc` (zeros, left zeros) and `touched`
+    (room for five rows a holder) are scratch: no array of every row per term."""
     at = 0
-    for t in range(weights.shape[0]):
+    for t in range(starts.shape[0] - 1):
         seen = 0
         for p in range(starts[t], starts[t + 1]):
             j = rows[p]
@@ -174,19 +172,18 @@ def _bm25(rows: np.ndarray, counts: np.ndarray, starts: np.ndarray, weights: np.
         out_starts[t] = at
         for q in range(seen):
             r = touched[q]
-            tf = acc[r]
-            scores[r] += weights[t] * tf * (k1 + 1.0) / (tf + norm[r])
             out_rows[at] = r
-            out_tf[at] = tf
+            out_tf[at] = acc[r]
             at += 1
             acc[r] = 0.0
-    out_starts[weights.shape[0]] = at
+    out_starts[starts.shape[0] - 1] = at
 
 
 def _bm25_spread(rows: np.ndarray, counts: np.ndarray, weight: float, norm: np.ndarray, k1: float,
                  scores: np.ndarray) -> None:  # pragma: no cover
-    """`scores` += one term's BM25 from its spread (kept by the spread cache): rows[i] holds or
-    neighbours it with count counts[i]."""
+    """`scores` += one term's BM25 from its spread: rows[i] holds or neighbours it with count
+    counts[i]; `weight` is the term's query count times idf, `norm` k1·(1 - b + b·length / mean
+    length) per row."""
     for i in range(rows.shape[0]):
         r = rows[i]
         tf = counts[i]
@@ -221,8 +218,8 @@ def compiled() -> dict[str, Callable[..., Any]] | None:
                 import numba
 
                 jit = numba.njit(cache=True, nogil=True)
-                made = {f.__name__: jit(f) for f in (_channels, _fused, _with_session, _best_outside, _bm25,
-                                                     _bm25_spread, _at_least)}
+                made = {f.__name__: jit(f) for f in (_channels, _fused, _with_session, _best_outside,
+                                                     _spreads, _bm25_spread, _at_least)}
                 _warm(made)
                 _COMPILED = made
             except Exception:  # no numba, no cache directory, an unsupported platform
@@ -246,9 +243,8 @@ def _warm(made: Mapping[str, Callable[..., Any]]) -> None:
     made["_with_session"](fused, gids, best, mask, 0.1, np.zeros(n, f64))
     made["_best_outside"](fused, gids, mask, mask, best)
     made["_at_least"](fused, 0.0, np.zeros(n, i64))
-    made["_bm25"](np.zeros(1, i64), np.ones(1, f64), np.array([0, 1]), np.ones(1, f64), nbr,
-                  np.ones(4, f64), np.ones(n, f64), 1.2, np.zeros(n, f64), np.zeros(n, f64), np.zeros(5, i64),
-                  np.zeros(5, i64), np.zeros(5, f64), np.zeros(2, i64))
+    made["_spreads"](np.zeros(1, i64), np.ones(1, f64), np.array([0, 1]), nbr, np.ones(4, f64),
+                     np.zeros(n, f64), np.zeros(5, i64), np.zeros(5, i64), np.zeros(5, f64), np.zeros(2, i64))
     made["_bm25_spread"](np.zeros(1, i64), np.ones(1, f64), 1.0, np.ones(n, f64), 1.2, np.zeros(n, f64))
 
 
@@ -324,35 +320,39 @@ def best_outside(fused: np.ndarray, gids: np.ndarray, mask: np.ndarray | None, r
     return best
 
 
-def bm25(postings: list[tuple[np.ndarray, np.ndarray, float]], nbr: np.ndarray,
-         near: np.ndarray, norm: np.ndarray, k1: float, n: int,
-         spreads: list[tuple[np.ndarray, np.ndarray, float]] = ()
-         ) -> tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]] | None:
-    """BM25 of every row (lexical.bm25's neighbour context): the terms of `spreads` from their
-    spreads (rows, counts, weight: what the spread cache kept), then those of `postings` from
-    each one's holders, counts and weight. Returns the scores and each term of `postings`'
-    spread (rows, counts), in its order, for the cache; None without the compiled loops."""
+def spreads(postings: list[tuple[np.ndarray, np.ndarray]], nbr: np.ndarray, near: np.ndarray,
+            n: int) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Each term's spread (rows, counts: lexical.spread's, the rows in another order) from its
+    holders and their counts; None without the compiled loops."""
     loops = compiled()
     if loops is None:
         return None
-    scores = np.zeros(n)
-    for rows, counts, weight in spreads:
-        loops["_bm25_spread"](rows, counts, float(weight), norm, float(k1), scores)
     if not postings:
-        return scores, []
-    sizes = [len(rows) for rows, _, _ in postings]
+        return []
+    sizes = [len(rows) for rows, _ in postings]
     starts = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    rows = np.concatenate([r for r, _, _ in postings]).astype(np.int64, copy=False)
-    counts = np.concatenate([c for _, c, _ in postings]).astype(np.float64, copy=False)
-    weights = np.array([w for _, _, w in postings], dtype=np.float64)
+    rows = np.concatenate([r for r, _ in postings]).astype(np.int64, copy=False)
+    counts = np.concatenate([c for _, c in postings]).astype(np.float64, copy=False)
     room = (1 + nbr.shape[1]) * len(rows)  # a holder reaches itself and its neighbours at most
     touched = np.empty((1 + nbr.shape[1]) * max(sizes), dtype=np.int64)
     out_rows, out_tf = np.empty(room, np.int64), np.empty(room)
     out_starts = np.empty(len(postings) + 1, np.int64)
-    loops["_bm25"](rows, counts, starts, weights, nbr, near, norm, float(k1), scores, np.zeros(n), touched,
-                   out_rows, out_tf, out_starts)
+    loops["_spreads"](rows, counts, starts, nbr, near, np.zeros(n), touched, out_rows, out_tf, out_starts)
     ends = zip(out_starts[:-1], out_starts[1:])
-    return scores, [(out_rows[a:b].copy(), out_tf[a:b].copy()) for a, b in ends]
+    return [(out_rows[a:b].copy(), out_tf[a:b].copy()) for a, b in ends]
+
+
+def bm25(terms: list[tuple[np.ndarray, np.ndarray, float]], norm: np.ndarray, k1: float,
+         n: int) -> np.ndarray | None:
+    """BM25 of every row from each term's spread (rows, counts) and weight, in their order; None
+    without the compiled loops."""
+    loops = compiled()
+    if loops is None:
+        return None
+    scores = np.zeros(n)
+    for rows, counts, weight in terms:
+        loops["_bm25_spread"](rows, counts, float(weight), norm, float(k1), scores)
+    return scores
 
 
 SAMPLE = 2048  # scores whose order sets `k_best`'s threshold

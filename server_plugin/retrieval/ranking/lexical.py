@@ -144,27 +144,22 @@ SPARSE_SPREAD = 16  # a term whose spread rows are under 1/16 of all rows is sum
 def _compiled(index: TermIndex, held: list[tuple[str, np.ndarray, np.ndarray, float]],
               neighbours: np.ndarray, cols: list[tuple[int, float]], norm: np.ndarray,
               k1: float) -> np.ndarray | None:
-    """BM25 by kernels.bm25: the terms the spread cache holds from their spreads (one pass over
-    each, instead of summing the neighbour context again), the others from their holders, their
-    spreads then kept. None without the compiled loops."""
+    """BM25 by numba's loops (kernels.spreads, kernels.bm25): each term scored from its spread,
+    the spread cache's where it has one, else summed by the loop and then kept. None without
+    the compiled loops."""
     near = np.zeros(neighbours.shape[1])
     for col, w in cols:
         near[col ^ 1] = w  # the row whose neighbour col is j receives j's count at w (see spread)
-    kept, missing = [], []
-    for term, ix, tf, weight in held:
-        found = _cached_spread(index, term, cols)
-        if found is not None:
-            kept.append((*found, weight))
-        else:
-            missing.append((term, ix, tf, weight))
-    done = kernels.bm25([(ix, tf, w) for _, ix, tf, w in missing], neighbours, near, norm, k1,
-                        index.n_docs, kept)
-    if done is None:
+    found = [_cached_spread(index, term, cols) for term, *_ in held]
+    missing = [i for i, f in enumerate(found) if f is None]
+    made = kernels.spreads([held[i][1:3] for i in missing], neighbours, near, index.n_docs)
+    if made is None:
         return None
-    scores, spreads = done
-    for (term, *_), (rows, counts) in zip(missing, spreads):
-        _keep_spread(index, term, cols, rows, counts)
-    return scores
+    for i, (rows, counts) in zip(missing, made):
+        found[i] = (rows, counts)
+        _keep_spread(index, held[i][0], cols, rows, counts)
+    terms = [(*f, h[3]) for f, h in zip(found, held)]  # type: ignore[misc]
+    return kernels.bm25(terms, norm, k1, index.n_docs)
 
 
 def _cached_spread(index: TermIndex, term: str,
