@@ -108,6 +108,41 @@ def test_sw6_date_prior_prefers_items_dated_at_or_just_after_the_span():
     assert 0 < year[0] < 0.5  # a year-wide span is weak evidence
 
 
+def test_sw6_the_date_prior_from_day_codes_equals_the_prior_of_every_item():
+    """rule SW6: the date prior of items given as codes into their distinct days (a store's live
+    index keeps them: the fit is computed once a day) is the prior computed item by item, to the
+    bit, for undated items too (code -1, NaN days), and so is the prior `text_side` adds."""
+    rng = np.random.default_rng(5)
+    table = np.array([day(2023, 5, 1) + d for d in range(0, 400, 9)], dtype=np.float64)
+    codes = rng.integers(-1, len(table), 5000).astype(np.int32)
+    days = np.where(codes >= 0, table[codes], np.nan)
+    for spans in ([(day(2023, 5, 8), day(2023, 5, 8))], [(day(2023, 6, 1), day(2023, 6, 30)),
+                                                          (day(2024, 1, 1), day(2024, 12, 31))]):
+        after, tau = SHIPPED.date_after_days, SHIPPED.date_tau_days
+        want = R.date_prior(days, spans, after=after, tau=tau)
+        got = R.coded_date_prior(codes, table, spans, after=after, tau=tau)
+        assert got.dtype == want.dtype and np.array_equal(got, want) and np.count_nonzero(got) > 100
+    corpus = R.Corpus(ids=[str(i) for i in range(len(days))], terms=R.TermIndex.build([{} for _ in days]),
+                      vectors=np.zeros((len(days), 4), np.float32), gids=np.full(len(days), -1),
+                      speakers=[None] * len(days), days=days)
+    query = R.prepare_query("What did we do in June 2023?", R.Cast({}), None, SHIPPED)
+    assert query.dates
+    plain = R.text_side(corpus, query, SHIPPED).priors
+    coded = R.text_side(replace(corpus, day_codes=codes, day_table=table), query, SHIPPED).priors
+    assert plain is not None and np.array_equal(plain, coded)
+
+
+def test_sw6_the_speaker_prior_marks_every_row_of_each_named_character():
+    """rule SW6: `speaker_mask` marks the rows of each character named (one or several), and
+    none for a name no row has."""
+    speakers = ["ayla", None, "bren", "cato", "ayla", "bren", None]
+    corpus = R.Corpus(ids=[str(i) for i in range(7)], terms=R.TermIndex.build([{} for _ in speakers]),
+                      vectors=np.zeros((7, 4), np.float32), gids=np.full(7, -1), speakers=speakers)
+    assert corpus.speaker_mask(["ayla"]).tolist() == [s == "ayla" for s in speakers]
+    assert corpus.speaker_mask(["bren", "ayla", "dara"]).tolist() == [s in ("ayla", "bren") for s in speakers]
+    assert not corpus.speaker_mask(["dara"]).any()
+
+
 # --- conversation structure --------------------------------------------------------------------
 
 

@@ -383,8 +383,11 @@ def test_sw6_a_fresh_index_loaded_in_bulk_equals_one_appended_row_by_row(quiet, 
         (bulk_rows, bulk_tfs), (one_rows, one_tfs) = bulk.postings.get(term), one.postings.get(term)
         assert np.array_equal(bulk_rows, one_rows) and np.array_equal(bulk_tfs, one_tfs), term
     assert bulk.row_terms == one.row_terms and bulk.row_of == one.row_of and bulk.groups == one.groups
-    for codes in ("kinds", "chats", "owners", "known_sets", "sessions"):
+    for codes in ("kinds", "chats", "owners", "known_sets", "sessions", "days"):
         assert getattr(bulk, codes).values == getattr(one, codes).values, codes
+    corpus = bulk.corpus()  # each row's day, as a code into the distinct days
+    assert corpus.day_table is not None and len(corpus.day_table) == len(bulk.days.values) >= 1
+    assert np.array_equal(corpus.day_table[corpus.day_codes], corpus.days)
 
 
 def test_sw6_an_int4_copy_this_torch_cannot_read_becomes_an_int8_copy(api, services, monkeypatch):

@@ -1,5 +1,6 @@
-"""Compact columns of the in-memory search index (live_index.py): codes for repeated values,
-the BM25 term postings, and the candidate masks kept between searches (`Masks`).
+"""Compact columns of the in-memory search index (live_index.py): codes for repeated values (rows'
+days among them, `DayCodes`), the BM25 term postings, and the candidate masks kept between
+searches (`Masks`).
 
 A campaign of 100,000 messages holds about two million postings. Kept as Python lists of ints and
 floats they cost about 70 bytes each (an object per number and a pointer to it); kept in typed
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from array import array
 from collections import OrderedDict
+from datetime import date, datetime
 from typing import Any, Callable, Hashable
 
 import numpy as np
@@ -38,6 +40,22 @@ class Codes:
             found = self.code[value] = len(self.values)
             self.values.append(value)
         return found
+
+
+def day_of(created_at: str | None) -> float:
+    """The date ordinal of a row's `created_at` (NaN where it is not an ISO date)."""
+    try:
+        moment = datetime.fromisoformat((created_at or "").replace("Z", "+00:00"))
+    except ValueError:
+        return np.nan
+    return float(date(moment.year, moment.month, moment.day).toordinal())
+
+
+class DayCodes(Codes):
+    """Codes of rows' days (date ordinals); an undated row's NaN has none (-1)."""
+
+    def __call__(self, value: Any) -> int:
+        return super().__call__(None if value != value else value)
 
 
 class Postings:

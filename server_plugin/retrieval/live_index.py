@@ -20,7 +20,6 @@ import sys
 import threading
 import time
 import weakref
-from datetime import date, datetime
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -31,7 +30,7 @@ from ..services import Services
 from ..store.db import Database, loads
 from . import docs as index
 from . import live_bulk, vec_chunks
-from .columns import Codes, Masks, Postings
+from .columns import Codes, DayCodes, Masks, Postings, day_of
 from . import ranking as R
 from .ranking import kernels, vectors as V
 from . import visibility
@@ -51,17 +50,8 @@ _COLUMNS = ("id, kind, chat_id, character_id, known_by, session_key, position, c
 _FIELDS = {"doc_id": (np.int64, -1), "alive": (bool, False), "kind": (np.int32, -1),
            "chat": (np.int32, -1), "owner": (np.int64, -1), "known": (np.int32, -1),
            "gid": (np.int64, -1), "pos": (np.float64, np.nan), "day": (np.float64, np.nan),
-           "content_len": (np.float64, 0.0),
-           "cues": (np.float64, 0.0), "doc_len": (np.float64, 0.0), "win1": (np.float64, 1.0),
-           "win2": (np.float64, 1.0)}
-
-
-def _day(created_at: str | None) -> float:
-    try:
-        moment = datetime.fromisoformat((created_at or "").replace("Z", "+00:00"))
-    except ValueError:
-        return np.nan
-    return float(date(moment.year, moment.month, moment.day).toordinal())
+           "day_code": (np.int32, -1), "content_len": (np.float64, 0.0), "cues": (np.float64, 0.0),
+           "doc_len": (np.float64, 0.0), "win1": (np.float64, 1.0), "win2": (np.float64, 1.0)}
 
 
 class LiveIndex:
@@ -103,7 +93,7 @@ class LiveIndex:
         self.row_of: dict[int, int] = {}
         self.groups: dict[int, list[tuple[float, int, int]]] = {}  # gid -> sorted (pos, doc id, row)
         self.kinds, self.chats, self.owners = Codes(), Codes(), Codes()
-        self.known_sets, self.sessions = Codes(), Codes()
+        self.known_sets, self.sessions, self.days = Codes(), Codes(), DayCodes()
         self.masks = Masks()  # candidate masks of recent searches (`candidates`)
 
     # -- growing ---------------------------------------------------------------------------------
@@ -139,7 +129,8 @@ class LiveIndex:
         a["known"][i] = self.known_sets(None if known is None else frozenset(known))
         a["gid"][i] = self.sessions(row["session_key"])
         a["pos"][i] = np.nan if row["position"] is None else float(row["position"])
-        a["day"][i] = _day(row["created_at"])
+        a["day"][i] = day_of(row["created_at"])
+        a["day_code"][i] = self.days(a["day"][i])
         a["content_len"][i] = float(row["content_len"])
         a["cues"][i] = float(row["cues"])
         terms = json.loads(row["terms"])
@@ -245,6 +236,7 @@ class LiveIndex:
             sent_vectors=self.pvec[: self.pn] if self.pn else None,
             sent_owner=self.powner[: self.pn] if self.pn else None,
             temporal=a["cues"][:n], content_len=a["content_len"][:n], days=a["day"][:n],
+            day_codes=a["day_code"][:n], day_table=np.array(self.days.values, dtype=np.float64),
             speaker_codes=a["owner"][:n], speaker_table=self.owners.code, memo=self.memo,
             coarse=self.coarse[0].sync(self.vectors, n) if self.coarse else None,
             coarse_sent=self.coarse[1].sync(self.pvec, self.pn) if self.coarse and self.pn else None)
@@ -308,7 +300,8 @@ def build(db: Database, window_weights: Sequence[float], half: bool = False, coa
         count, batches = index.rows_in_batches(conn, _COLUMNS, live_bulk.BATCH)
         live._reserve(count, 0)
         live_bulk.load(live, batches, vec_chunks.row_ids(conn, "docs_vec"),
-                       lambda: index.item_vectors(conn, None), lambda: index.passage_vectors(conn, None), _day)
+                       lambda: index.item_vectors(conn, None), lambda: index.passage_vectors(conn, None),
+                       day_of)
     live.link_all()
     live.corpus()  # the first pass's copies, if any, now rather than in the first query
     return live

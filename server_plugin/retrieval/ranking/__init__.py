@@ -28,7 +28,7 @@ design and the measurements at campaign scale are in docs/search.md):
 
 from __future__ import annotations
 
-from .dates import date_prior, query_dates
+from .dates import coded_date_prior, date_prior, query_dates
 from .lexical import SPREAD_CACHE_TERMS, SpreadCache, TermIndex, bm25, idf, remembered, spread
 from .score import (
     Corpus,
@@ -87,6 +87,7 @@ __all__ = [
     "bm25",
     "channel_scores",
     "chunks",
+    "coded_date_prior",
     "columns",
     "date_prior",
     "dense_query_text",
