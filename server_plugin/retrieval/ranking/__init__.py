@@ -5,8 +5,8 @@ it keeps per item at write time with these functions (`analyze`, `dense_text`, `
 keeps an in-memory `Corpus` per store, and asks `rank` for scores; `live_index` and `search` own
 the caching and the visibility mask, this package owns the arithmetic, split by what it ranks
 on: `text` (terms, names, cues, passages), `dates`, `windows` (conversation structure),
-`lexical` (BM25, and what is kept between queries), `score` (the channels, fusion, priors,
-`rank`), `refine` (the exact second pass of a campaign's dense scan) and `kernels` (its first
+`lexical` (BM25, and what is kept between queries), `fusion` (the channels' z-score sum),
+`score` (the channels, priors, `rank`), `refine` (the exact second pass of a campaign's dense scan) and `kernels` (its first
 pass and BM25's neighbour context as loops compiled by numba). This module gathers their public names, so callers read
 `ranking.rank`, `ranking.analyze`, … whatever submodule holds them.
 
@@ -29,6 +29,7 @@ design and the measurements at campaign scale are in docs/search.md):
 from __future__ import annotations
 
 from .dates import coded_date_prior, date_prior, query_dates
+from .fusion import fuse, zscore
 from .lexical import SPREAD_CACHE_TERMS, SpreadCache, TermIndex, bm25, idf, remembered, spread
 from .score import (
     Corpus,
@@ -37,7 +38,6 @@ from .score import (
     TextSide,
     channel_scores,
     dense_query_text,
-    fuse,
     dense_trusted,
     prepare_query,
     rank,
@@ -45,7 +45,6 @@ from .score import (
     text_side,
     top_k,
     with_vector,
-    zscore,
 )
 from ...core.text import stem  # the analyzer's stemmer, for callers that stem query words
 from .text import (

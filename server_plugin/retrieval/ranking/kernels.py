@@ -10,7 +10,7 @@ each a trip to memory after an idle pause: about 7 ms of a search at 100,000 mes
 
 1. `_channels`: each row's ±1 / ±2 window sums over its neighbours' first-pass cosines, divided
    by the window norms; its best passage (or its own cosine); the sums and sums of squares of the
-   four channels over the candidates (in float64, as `score._stats`).
+   four channels over the candidates (in float64, as `fusion.mean_sd`).
 2. `_fused`: the weighted z-scores summed with what `rank` computed from the words (BM25 and the
    priors), and each session's best fused score among its candidates.
 3. `_with_session`: the session prior's mean and spread over the candidates, the prior added,
@@ -20,7 +20,7 @@ BM25's neighbour context is two loops: `_spreads` sums each term's counts over i
 their neighbours (what lexical's spread cache keeps), `_bm25_spread` scores a term from its
 spread, kept or just made.
 
-The arithmetic is that of `score.dense_channels`, `score.fuse` and `rank`'s session prior (the
+The arithmetic is that of `score.dense_channels`, `fusion.fuse` and `rank`'s session prior (the
 channels kept in float32, the sums in float64; numpy weighs a window's neighbours in float32):
 tests/test_kernels.py holds the two to every score within 1e-6 and the same top 20. Without
 numba (or where a loop cannot be compiled, or with the setting off) ranking takes numpy's passes:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 
 from . import kernels
+from .fusion import weighted_sum
 from .lexical import remembered
 from .vectors import INT4_GROUP, Int4View, bfloat16_value, dot, k_best
 from .windows import group_best, group_max, window_sums
@@ -62,14 +63,8 @@ def rescored(corpus: "Corpus", vector: np.ndarray, params: "RankingParams", scor
     exact = _exact_channels(corpus, vector, params, first.channels, rows)
     noise = first_pass_noise(corpus, vector, params, first.mask)
     stats = corrected(first.stats, noise) if noise else first.stats
-    fused = np.zeros(len(rows), dtype=np.float64)
-    offset = 0.0
-    weights = params.channel_weights()
-    for name, (mean, sd) in stats.items():
-        values = exact[name] if name in exact else first.channels[name][rows]
-        fused += values * (weights[name] / sd)
-        offset -= weights[name] * mean / sd
-    fused += offset
+    values = {name: exact[name] if name in exact else first.channels[name][rows] for name in stats}
+    fused = weighted_sum(values, stats, params.channel_weights(), len(rows))
     if first.priors is not None:
         fused += first.priors[rows]
     if first.session is not None:

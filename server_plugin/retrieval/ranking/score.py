@@ -1,5 +1,5 @@
-"""Scoring (SW6): the channels (BM25 from lexical.py, the dense ones), their z-score fusion,
-the priors, and `rank` / `top_k`. Pure numpy, with torch's kernels where they are
+"""Scoring (SW6): the channels (BM25 from lexical.py, the dense ones), their z-score fusion
+(fusion.py), the priors, and `rank` / `top_k`. Pure numpy, with torch's kernels where they are
 faster (the float16 products in vectors.py, the selection of the best k)."""
 
 from __future__ import annotations
@@ -13,65 +13,9 @@ from .dates import coded_date_prior, date_prior, query_dates
 from .lexical import TermIndex, bm25, remembered
 from .text import Cast, analyze, is_temporal_query, rewrite_query
 from . import kernels, refine
+from .fusion import fuse, mean_sd, zscore
 from .vectors import Int4View, coarse_dot, coarse_ready, dot, k_best
 from .windows import Runs, group_max, runs_of, window_pair, window_scores
-
-# ---------------------------------------------------------------------------------------------
-# Fusion
-
-
-def _stats(x: np.ndarray, mask: np.ndarray | None,
-           weights: np.ndarray | None = None) -> tuple[float, float, int]:
-    """Mean, standard deviation and count of `x` over the candidates in `mask` (`weights`: the
-    mask as float64, when the caller has it: several channels share one)."""
-    if mask is None:
-        return (float(x.mean()), float(x.std()), len(x)) if len(x) else (0.0, 0.0, 0)
-    count = int(np.count_nonzero(mask))
-    if not count:
-        return 0.0, 0.0, 0
-    # Two dot products with the mask instead of copying the candidates out (a channel of a
-    # 100,000-message campaign: ~0.1 ms instead of ~0.3 ms).
-    # In float64: the variance is a difference of two sums, which float32 would round away.
-    values = x.astype(np.float64, copy=False)
-    weights = mask.astype(np.float64) if weights is None else weights
-    mean = float(np.dot(values, weights)) / count
-    variance = float(np.dot(values * values, weights)) / count - mean * mean
-    return mean, float(np.sqrt(max(variance, 0.0))), count
-
-
-def zscore(x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-    """(x - mean) / std over the candidates in `mask`; zeros where the spread is nil."""
-    mean, sd, count = _stats(x, mask)
-    if not count or sd < 1e-12:
-        return np.zeros(len(x), dtype=np.float64)
-    return (x - mean) / sd
-
-
-def fuse(
-    channels: Mapping[str, np.ndarray],
-    weights: Mapping[str, float],
-    mask: np.ndarray | None = None,
-    stats: dict[str, tuple[float, float]] | None = None,
-) -> np.ndarray:
-    """Weighted sum of each channel's z-scores over the candidates (weight-0 channels skipped).
-    `stats`, when given, receives the mean and standard deviation of each channel summed."""
-    n = len(next(iter(channels.values()))) if channels else 0
-    total = np.zeros(n, dtype=np.float64)
-    offset = 0.0
-    shared = None if mask is None else mask.astype(np.float64)
-    for name, scores in channels.items():
-        w = weights.get(name, 0.0)
-        if not w:
-            continue
-        mean, sd, count = _stats(scores, mask, shared)
-        if count and sd >= 1e-12:
-            # w·(x − mean)/sd as one scaled add per channel and one constant for them all
-            total += scores * (w / sd)
-            offset -= w * mean / sd
-            if stats is not None:
-                stats[name] = (mean, sd)
-    return total + offset if offset else total
-
 
 def segment_max(values: np.ndarray, owners: np.ndarray, n_items: int, fill: np.ndarray,
                 runs: Runs | None = None) -> np.ndarray:
@@ -398,7 +342,7 @@ def rank(
     fused, session = score, None
     if params.w_session:
         best = group_max(score, corpus.gids, mask, corpus.runs("gids"))
-        mean, sd, count = _stats(best, mask)
+        mean, sd, count = mean_sd(best, mask)
         if count and sd >= 1e-12:  # else zscore's zeros: no session prior at all
             session = (mean, sd)
             score = score + params.w_session * ((best - mean) / sd)
