@@ -19,7 +19,9 @@ fused top 10 of the float16 index in one exact pass against the shipped two pass
 whose first reads the projected rows in float32, and two passes whose first reads an int4 copy
 of them. The spreads the first pass measures are used as they are: nothing corrects for the
 components left out (the shipped int4 pass corrects its own rounding, `first_pass_noise`), which
-is what a built version would add.
+is what a built version would add. The bound of any such correction: the same two passes whose
+second takes each dense channel's exact mean and spread over the candidates ("exact spreads",
+computed here from a full exact scan, which a built version could not afford).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 import query_precision as QP  # noqa: E402
-from server_plugin.retrieval.ranking import score  # noqa: E402
+from server_plugin.retrieval.ranking import fusion, refine, score  # noqa: E402
 from server_plugin.retrieval.ranking import vectors as V  # noqa: E402
 
 
@@ -60,20 +62,22 @@ class Projected:
     rows: np.ndarray
     basis: np.ndarray
     n: int
+    exact_spreads: bool = False
 
 
 class ProjectedRows:
     """`Int4Rows`' role for projected rows: `sync` gives the copy of `source[:n]`."""
 
-    def __init__(self, basis: np.ndarray, int4: bool) -> None:
-        self.basis, self.int4, self.view = basis, int4, None
+    def __init__(self, basis: np.ndarray, int4: bool, exact_spreads: bool = False) -> None:
+        self.basis, self.int4, self.exact_spreads, self.view = basis, int4, exact_spreads, None
 
     def sync(self, source: np.ndarray, n: int) -> Projected:
         if self.view is None or self.view.n != n:
             rows = np.asarray(source[:n], dtype=np.float32) @ self.basis
             if self.int4:
                 rows = V.dequantize4(V.Int4Rows(rows.shape[1]).sync(rows, n))
-            self.view = Projected(np.ascontiguousarray(rows, dtype=np.float32), self.basis, n)
+            self.view = Projected(np.ascontiguousarray(rows, dtype=np.float32), self.basis, n,
+                                  self.exact_spreads)
         return self.view
 
 
@@ -83,6 +87,16 @@ def read_projected() -> None:
     score.coarse_dot = lambda copy, v: (copy.rows @ (np.asarray(v, np.float32) @ copy.basis)
                                         if isinstance(copy, Projected) else dot(copy, v))
     score.coarse_ready = lambda copy, dim: isinstance(copy, Projected) or ready(copy, dim)
+    rescored = refine.rescored
+
+    def exact(corpus, vector, params, fused, first):
+        if isinstance(corpus.coarse, Projected) and corpus.coarse.exact_spreads:
+            channels = score.dense_channels(corpus, vector, params)  # every row, exactly
+            stats = {name: fusion.mean_sd(channels[name], first.mask)[:2] if name in channels else kept
+                     for name, kept in first.stats.items()}
+            first = dataclasses.replace(first, stats=stats)
+        return rescored(corpus, vector, params, fused, first)
+    refine.rescored = exact
 
 
 def cost(corpus, basis: np.ndarray, dims: list[int], n: int, gap: float) -> None:
@@ -118,14 +132,15 @@ def answers(svc, state, basis: np.ndarray, dims: list[int], questions: int) -> N
     one_pass = live_index.build(svc.db, weights, True)
     indexes = {"float16 index, one exact pass": one_pass, "two passes (shipped)": state.live}
     for d in dims:
-        for int4 in (False, True):
+        for int4, exact in ((False, False), (True, False), (True, True)):
             if int4 and d % V.INT4_GROUP:
                 continue
             index = live_index.build(svc.db, weights, True, coarse="int8")
             first = basis[:, :d].copy()
-            index.coarse = (ProjectedRows(first, int4), ProjectedRows(first, int4))
+            index.coarse = (ProjectedRows(first, int4, exact), ProjectedRows(first, int4, exact))
             index.corpus()
-            indexes[f"two passes, top {d} components{' in int4' if int4 else ''}"] = index
+            name = f"two passes, top {d} components{' in int4' if int4 else ''}"
+            indexes[name + (", exact spreads" if exact else "")] = index
 
     def vectors(text: str) -> dict[str, np.ndarray]:
         return dict.fromkeys(indexes, svc.embedder.embed_one(text, 30))
