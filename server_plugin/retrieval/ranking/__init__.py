@@ -6,9 +6,10 @@ keeps an in-memory `Corpus` per store, and asks `rank` for scores; `live_index` 
 the caching and the visibility mask, this package owns the arithmetic, split by what it ranks
 on: `text` (terms, names, cues, passages), `dates`, `windows` (conversation structure),
 `lexical` (BM25, and what is kept between queries), `fusion` (the channels' z-score sum),
-`score` (the channels, priors, `rank`), `refine` (the exact second pass of a campaign's dense scan) and `kernels` (its first
-pass and BM25's neighbour context as loops compiled by numba). This module gathers their public names, so callers read
-`ranking.rank`, `ranking.analyze`, … whatever submodule holds them.
+`score` (the channels, priors, `rank`), `refine` (the exact second pass of a campaign's dense
+scan) and `kernels` (its first pass and BM25's neighbour context as loops compiled by numba).
+This module gathers their public names, so callers read `ranking.rank`, `ranking.analyze`, …
+whatever submodule holds them.
 
 How a query is scored (each part measured on LoCoMo with bench/locomo_proto.py; the storage
 design and the measurements at campaign scale are in docs/search.md):
