@@ -12,7 +12,7 @@ import pytest
 from server_plugin.app import build_services, open_store
 from server_plugin.jobs import worker
 from server_plugin.retrieval import docs as index
-from server_plugin.retrieval import live_index, ranking, search
+from server_plugin.retrieval import columns, live_index, ranking, search
 from server_plugin.settings import SEARCH, defaults, load_settings
 from server_plugin.store import migrations
 from tests.helpers.api import expect_error, expect_ok
@@ -387,7 +387,8 @@ def test_sw6_a_fresh_index_loaded_in_bulk_equals_one_appended_row_by_row(quiet, 
         assert getattr(bulk, codes).values == getattr(one, codes).values, codes
     corpus = bulk.corpus()  # each row's day, as a code into the distinct days
     assert corpus.day_table is not None and len(corpus.day_table) == len(bulk.days.values) >= 1
-    assert np.array_equal(corpus.day_table[corpus.day_codes], corpus.days)
+    assert len(rows) == bulk.n and np.all(corpus.day_codes >= 0)
+    assert np.array_equal(corpus.day_table[corpus.day_codes], [columns.day_of(r["created_at"]) for r in rows])
 
 
 def test_sw6_an_int4_copy_this_torch_cannot_read_becomes_an_int8_copy(api, services, monkeypatch):

@@ -49,8 +49,8 @@ _COLUMNS = ("id, kind, chat_id, character_id, known_by, session_key, position, c
 # Per-row arrays and their fill values (vectors and neighbour links are kept apart).
 _FIELDS = {"doc_id": (np.int64, -1), "alive": (bool, False), "kind": (np.int32, -1),
            "chat": (np.int32, -1), "owner": (np.int64, -1), "known": (np.int32, -1),
-           "gid": (np.int64, -1), "pos": (np.float64, np.nan), "day": (np.float64, np.nan),
-           "day_code": (np.int32, -1), "content_len": (np.float64, 0.0), "cues": (np.float64, 0.0),
+           "gid": (np.int64, -1), "pos": (np.float64, np.nan), "day": (np.int32, -1),
+           "content_len": (np.float64, 0.0), "cues": (np.float64, 0.0),
            "doc_len": (np.float64, 0.0), "win1": (np.float64, 1.0), "win2": (np.float64, 1.0)}
 
 
@@ -93,7 +93,8 @@ class LiveIndex:
         self.row_of: dict[int, int] = {}
         self.groups: dict[int, list[tuple[float, int, int]]] = {}  # gid -> sorted (pos, doc id, row)
         self.kinds, self.chats, self.owners = Codes(), Codes(), Codes()
-        self.known_sets, self.sessions, self.days = Codes(), Codes(), DayCodes()
+        self.known_sets, self.sessions = Codes(), Codes()
+        self.days = DayCodes()  # a row's day (column "day") is its code among the distinct days
         self.masks = Masks()  # candidate masks of recent searches (`candidates`)
 
     # -- growing ---------------------------------------------------------------------------------
@@ -129,8 +130,7 @@ class LiveIndex:
         a["known"][i] = self.known_sets(None if known is None else frozenset(known))
         a["gid"][i] = self.sessions(row["session_key"])
         a["pos"][i] = np.nan if row["position"] is None else float(row["position"])
-        a["day"][i] = day_of(row["created_at"])
-        a["day_code"][i] = self.days(a["day"][i])
+        a["day"][i] = self.days(day_of(row["created_at"]))
         a["content_len"][i] = float(row["content_len"])
         a["cues"][i] = float(row["cues"])
         terms = json.loads(row["terms"])
@@ -235,8 +235,8 @@ class LiveIndex:
             win1_norm=a["win1"][:n], win2_norm=a["win2"][:n],
             sent_vectors=self.pvec[: self.pn] if self.pn else None,
             sent_owner=self.powner[: self.pn] if self.pn else None,
-            temporal=a["cues"][:n], content_len=a["content_len"][:n], days=a["day"][:n],
-            day_codes=a["day_code"][:n], day_table=np.array(self.days.values, dtype=np.float64),
+            temporal=a["cues"][:n], content_len=a["content_len"][:n],
+            day_codes=a["day"][:n], day_table=np.array(self.days.values, dtype=np.float64),
             speaker_codes=a["owner"][:n], speaker_table=self.owners.code, memo=self.memo,
             coarse=self.coarse[0].sync(self.vectors, n) if self.coarse else None,
             coarse_sent=self.coarse[1].sync(self.pvec, self.pn) if self.coarse and self.pn else None)

@@ -108,8 +108,8 @@ class Corpus:
     temporal: np.ndarray | None = None  # temporal_cues per item
     content_len: np.ndarray | None = None  # content words of the item's own text
     days: np.ndarray | None = None  # date ordinal per item (NaN when undated)
-    # The days as codes (-1: undated) into a table of the distinct days, when a store keeps them
-    # (the date prior is then computed once a day, `coded_date_prior`).
+    # Or the days as codes (-1: undated) into a table of the distinct days, as a store keeps them
+    # (the date prior is then computed once a day, `coded_date_prior`; `days` may be None).
     day_codes: np.ndarray | None = None
     day_table: np.ndarray | None = None
     # Speakers as integer codes (-1: none) and the code of each speaker id. A store that keeps
@@ -285,7 +285,7 @@ def text_side(
         add(params.w_speaker * corpus.speaker_mask(query.named) / len(query.named))
     if params.w_temporal and query.temporal and corpus.temporal is not None:
         add(params.w_temporal * np.minimum(corpus.temporal, 2) / 2)
-    if params.w_date and query.dates and corpus.days is not None:
+    if params.w_date and query.dates and (corpus.days is not None or corpus.day_codes is not None):
         spans, after, tau = query.dates, params.date_after_days, params.date_tau_days
         add(params.w_date * (date_prior(corpus.days, spans, after, tau) if corpus.day_codes is None
                              else coded_date_prior(corpus.day_codes, corpus.day_table, spans, after, tau)))
