@@ -117,7 +117,8 @@ def report(args: argparse.Namespace, idle: list[tuple[float, float]], busy: list
         wall = [w for w, _ in calls]
         return (f"n={len(calls)} p50 {pct(wall, .5):.1f} ms, p95 {pct(wall, .95):.1f} ms, "
                 f"max {max(wall):.1f} ms; CPU of the answering thread mean {sum(c for _, c in calls) / len(calls):.1f} ms")
-    print(f"background_yield_calls {args.yield_calls}; idle context calls: {line(idle)}")
+    print(f"background_yield_calls {args.yield_calls}, cpu_placement {args.cpu_placement}; "
+          f"idle context calls: {line(idle)}")
     if busy:
         ratio = pct([w for w, _ in busy], .95) / pct([w for w, _ in idle], .95)
         print(f"context calls answered while jobs were pending: {line(busy)}")
@@ -133,6 +134,8 @@ def main() -> int:
     parser.add_argument("--idle-calls", type=int, default=60, help="calls timed before the backlog, with no job")
     parser.add_argument("--yield-calls", choices=("on", "off"), default="on",
                         help="the setting background_yield_calls (off: the jobs' Python work shares the interpreter)")
+    parser.add_argument("--cpu-placement", choices=("auto", "off"), default="auto",
+                        help="the setting cpu_placement (off: the query's embedding runs wherever the system puts it)")
     parser.add_argument("--profile", metavar="PREFIX",
                         help="cProfile the idle and the busy calls into PREFIX.idle.prof and PREFIX.busy.prof")
     args = parser.parse_args()
@@ -142,7 +145,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="chronicler-backlog-") as folder:
         shutil.copytree(args.store, folder, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.lock"))
         cfg = load_settings({"data_dir": folder, "token": AL.TOKEN, "worker_enabled": True,
-                             "background_yield_calls": args.yield_calls == "on"}, environ={})
+                             "background_yield_calls": args.yield_calls == "on",
+                             "cpu_placement": args.cpu_placement}, environ={})
         svc = build_services(cfg)
         app = create_app(cfg, services=svc)
         svc.embedder.wait(120)

@@ -11,7 +11,7 @@ from flask import Flask, g
 from flask_cors import CORS
 from werkzeug.exceptions import HTTPException
 
-from . import api, priority, store_settings
+from . import api, placement, priority, store_settings
 from .api.common import EXTENSION_KEY
 from .api.security import Guard, install
 from .clock import Clock
@@ -131,10 +131,15 @@ def build_services(settings: Settings, embedder: Embedder | None = None,
 
 
 def _counted(wsgi_app: Callable[..., Any]) -> Callable[..., Any]:
-    """The app counting its requests in flight: background work steps aside meanwhile (priority)."""
+    """The app counting its requests in flight: background work steps aside meanwhile (priority).
+    A request thread that left the embedding's CPUs and never waited for its vector takes its
+    own back at the end (placement)."""
     def counted(environ: dict, start_response: Callable[..., Any]) -> Any:
-        with priority.serving():
-            return wsgi_app(environ, start_response)
+        try:
+            with priority.serving():
+                return wsgi_app(environ, start_response)
+        finally:
+            placement.rejoin()
     return counted
 
 

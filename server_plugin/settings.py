@@ -96,6 +96,10 @@ MODELS = [
     _s("embedder_retry_seconds", float, 10.0, "After an embedder failed to load or answer, seconds before it is tried again.", 0.1),
     _s("reembed_batch", int, 16, "Rows the re-embedding after a change of embedder embeds per write.", 1),
     _s("embed_threads", int, 1, "Torch threads for embedding; more than 1 on a small machine slows every query.", 1),
+    _s("cpu_placement", str, "auto", "Where the query's embedding runs: auto (on Linux with two or "
+       "more CPUs of one kind, on the upper half of them while the thread that waits for it keeps "
+       "to the lower half, so that neither waits for a CPU the other holds; placement.py) or off "
+       "(wherever the system puts them).", choices=("auto", "off")),
     _s("embed_query_precision", str, "auto", "A search's query with the packaged MiniLM: auto (in bfloat16 where this CPU runs it clearly faster, "
        "docs/search.md section 6) or float32 (always, as stored texts are embedded).", choices=("auto", "float32")),
     _s("embed_background_chunk", int, 8, "Texts a background job embeds at a time before a waiting request's query goes first.", 1),

@@ -18,6 +18,7 @@ from typing import Any, Sequence, Union
 
 import numpy as np
 
+from .. import placement
 from ..core.text import share_without_spaces
 from ..services import Services
 from ..settings import Settings
@@ -102,13 +103,25 @@ def query_vector_soon(svc: Services, query: str, chat_id: str | None = None) -> 
 
 def vector_of(vector: Vector) -> np.ndarray:
     """The query's vector, waiting for it when it is still being embedded (its error, if any)."""
-    return vector.result() if isinstance(vector, Future) else vector
+    if not isinstance(vector, Future):
+        return vector
+    try:
+        return vector.result()
+    finally:
+        placement.rejoin()  # the embedding is done: this thread may use every CPU again
 
 
 def _soon(svc: Services, text: str) -> Vector:
     if svc.embedder.has(text, "query"):
         return _embedded(svc, text)
-    return _EMBEDDING.submit(_embedded, svc, text)
+    # Off the pool's CPUs first, so that its thread wakes on an idle one (placement.py).
+    placement.leave(svc.settings.cpu_placement)
+    return _EMBEDDING.submit(_embedded_apart, svc, text)
+
+
+def _embedded_apart(svc: Services, text: str) -> np.ndarray:
+    placement.embedding(svc.settings.cpu_placement)
+    return _embedded(svc, text)
 
 
 def _dense_text(svc: Services, query: str, cast: R.Cast) -> str:
