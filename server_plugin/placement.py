@@ -5,9 +5,9 @@ rest of the turn on its own thread meanwhile (the story, BM25, the priors). Linu
 pool's thread on the CPU of the thread that woke it rather than on an idle one; on the virtual
 machines measured here it did, and the two shared that CPU until the scheduler's next balancing,
 a tick later (~4 ms at 250 Hz), in a turn of 20-30 ms. At campaign size the waiting thread has
-that much work of its own, and the turn pays. Measured over HTTP in one session,
-placed against not (bench/README.md): the context call at 100,000 messages p50 / p95 30-31 /
-34 ms against 34 / 37, at 10,000 (assemble_latency.py) 23-24 / 27-29 against 27 / 30-32.
+that much work of its own, and the turn pays. Over HTTP, placed against not in one session
+(bench/README.md): the context call p50 / p95 at 100,000 messages 30-31 / 33-37 ms against
+33-34 / 37, at 10,000 (assemble_latency.py) 23-24 / 27-29 against 27 / 30-32.
 
 So, with the setting `cpu_placement` "auto":
 - the pool's threads keep to the upper half of the process's CPUs (`embedding`);
