@@ -55,11 +55,12 @@ TOKEN = "b" * 32
 class FirstPass:
     """`score.coarse_dot` while installed: reads as `way` says ("shipped", "projected", "free")."""
 
-    def __init__(self, corpus, dims: int) -> None:
+    def __init__(self, live, dims: int) -> None:
+        corpus = live.corpus()
         self.basis = np.ascontiguousarray(principal_basis(corpus.vectors)[0][:, :dims])
         items = np.asarray(corpus.vectors, dtype=np.float32)
         self.projected = V.Int4Rows(dims).sync(items @ self.basis, len(items))
-        self.items_n = corpus.coarse.n
+        self.items = live.coarse[0]  # the live index's int4 copy of the items (its views share its scales)
         self.shipped = score.coarse_dot
         self.kept: dict[int, np.ndarray] = {}
         self.way, self.unprojected = "shipped", 0
@@ -69,7 +70,8 @@ class FirstPass:
             if copy.n not in self.kept:
                 self.kept[copy.n] = self.shipped(copy, vector)
             return self.kept[copy.n]
-        if self.way == "projected" and isinstance(copy, V.Int4View) and copy.n == self.items_n:
+        if self.way == "projected" and isinstance(copy, V.Int4View) \
+                and copy.scale_zero is self.items.scale_zero:
             if copy.n != self.projected.n:  # rows added since: read as shipped, and say so
                 self.unprojected += 1
                 return self.shipped(copy, vector)
@@ -97,7 +99,7 @@ def measure(store: str, questions: list[str], dims: int, gap: float) -> dict[str
         state.ensure_loaded(600)
         svc.embedder.settle()
         state.live.settle_first_pass()
-        first = FirstPass(state.live.corpus(), dims)
+        first = FirstPass(state.live, dims)
         score.coarse_dot = first
         try:
             times = _calls(app.test_client(), svc, questions, gap, first)
