@@ -100,9 +100,13 @@ def test_sw6_the_int4_first_pass_spreads_are_corrected_for_its_rounding():
     """rule SW6: over the int4 copy, the spreads the second pass fuses with are the first
     pass's less the variance its rounding adds (`first_pass_noise`), which comes within a fifth
     of that variance as measured; the int8 copy (ten times more precise) is left as it is."""
+    params = params_of(defaults())
+    _, int8, topics8 = _campaign(np.random.default_rng(31), n=600, kind="int8")
+    assert refine.first_pass_noise(int8, _unit(topics8[0]), params, None) == {}
+    if not V.int4_ready(DIM):  # the live index makes an int8 copy there (LiveIndex.settle_first_pass)
+        pytest.skip("this torch's int4 kernel reads another layout on this CPU")
     rng = np.random.default_rng(31)
     corpus, coarse, topics = _campaign(rng, n=20000, kind="int4")
-    params = params_of(defaults())
     mask = np.ones(len(corpus), dtype=bool)
     mask[rng.choice(len(corpus), 500, replace=False)] = False
     for t in range(3):
@@ -114,8 +118,6 @@ def test_sw6_the_int4_first_pass_spreads_are_corrected_for_its_rounding():
         for name in exact:
             added = float(np.var((rough[name] - exact[name])[mask]))
             assert abs(noise[name] - added) < 0.2 * added, name
-    int8 = _campaign(np.random.default_rng(31), n=600, kind="int8")[1]
-    assert refine.first_pass_noise(int8, vector, params, None) == {}
 
 
 def test_sw6_rescoring_gives_each_row_its_exact_channels_windows_passages_and_session():
