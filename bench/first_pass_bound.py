@@ -53,7 +53,7 @@ TOKEN = "b" * 32
 
 
 class FirstPass:
-    """`score.coarse_dot` while installed: reads as `way` says ("shipped", "projected", "free")."""
+    """`score.coarse_dots` while installed: reads as `way` says ("shipped", "projected", "free")."""
 
     def __init__(self, live, dims: int) -> None:
         corpus = live.corpus()
@@ -61,22 +61,27 @@ class FirstPass:
         items = np.asarray(corpus.vectors, dtype=np.float32)
         self.projected = V.Int4Rows(dims).sync(items @ self.basis, len(items))
         self.items = live.coarse[0]  # the live index's int4 copy of the items (its views share its scales)
-        self.shipped = score.coarse_dot
+        self.shipped = score.coarse_dots
         self.kept: dict[int, np.ndarray] = {}
         self.way, self.unprojected = "shipped", 0
 
-    def __call__(self, copy, vector: np.ndarray) -> np.ndarray:
-        if self.way == "free" and isinstance(copy, V.Int4View):
-            if copy.n not in self.kept:
-                self.kept[copy.n] = self.shipped(copy, vector)
-            return self.kept[copy.n]
-        if self.way == "projected" and isinstance(copy, V.Int4View) \
-                and copy.scale_zero is self.items.scale_zero:
+    def __call__(self, copies, vector: np.ndarray, compiled: bool = False) -> list[np.ndarray]:
+        if self.way == "shipped":
+            return self.shipped(copies, vector, compiled)
+        return [self.one(copy, vector, compiled) for copy in copies]
+
+    def one(self, copy, vector: np.ndarray, compiled: bool) -> np.ndarray:
+        if self.way == "free":
+            rows = copy.n if isinstance(copy, V.Int4View) else len(copy[0])
+            if rows not in self.kept:
+                self.kept[rows] = self.shipped([copy], vector, compiled)[0]
+            return self.kept[rows]
+        if isinstance(copy, V.Int4View) and copy.scale_zero is self.items.scale_zero:
             if copy.n != self.projected.n:  # rows added since: read as shipped, and say so
                 self.unprojected += 1
-                return self.shipped(copy, vector)
+                return self.shipped([copy], vector, compiled)[0]
             return V.int4_dot(self.projected, np.asarray(vector, dtype=np.float32) @ self.basis)
-        return self.shipped(copy, vector)
+        return self.shipped([copy], vector, compiled)[0]
 
 
 def measure(store: str, questions: list[str], dims: int, gap: float) -> dict[str, list[float]]:
@@ -100,11 +105,11 @@ def measure(store: str, questions: list[str], dims: int, gap: float) -> dict[str
         svc.embedder.settle()
         state.live.settle_first_pass()
         first = FirstPass(state.live, dims)
-        score.coarse_dot = first
+        score.coarse_dots = first
         try:
             times = _calls(app.test_client(), svc, questions, gap, first)
         finally:
-            score.coarse_dot = first.shipped
+            score.coarse_dots = first.shipped
         if first.unprojected:
             print(f"{Path(store).name}: {first.unprojected} projected calls read as shipped (rows added)",
                   file=sys.stderr)

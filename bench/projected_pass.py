@@ -83,9 +83,13 @@ class ProjectedRows:
 
 def read_projected() -> None:
     """Ranking reads a `Projected` copy as it reads the int4 / int8 ones (this process only)."""
-    dot, ready = score.coarse_dot, score.coarse_ready
-    score.coarse_dot = lambda copy, v: (copy.rows @ (np.asarray(v, np.float32) @ copy.basis)
-                                        if isinstance(copy, Projected) else dot(copy, v))
+    dot, dots, ready = score.coarse_dot, score.coarse_dots, score.coarse_ready
+    score.coarse_dot = lambda copy, v, compiled=False: (
+        copy.rows @ (np.asarray(v, np.float32) @ copy.basis) if isinstance(copy, Projected)
+        else dot(copy, v, compiled))
+    score.coarse_dots = lambda copies, v, compiled=False: (
+        [score.coarse_dot(copy, v) for copy in copies] if any(isinstance(copy, Projected) for copy in copies)
+        else dots(copies, v, compiled))
     score.coarse_ready = lambda copy, dim: isinstance(copy, Projected) or ready(copy, dim)
     rescored = refine.rescored
 

@@ -13,11 +13,13 @@ back: the shipped `vectors.dot` (split over two threads from 32,768 rows), the s
 torch's `mv` on one thread (what `dot` used before: the same scores), torch's bfloat16 product on
 one thread, the shipped first pass over the int4 copy (`vectors.int4_dot`: 4 bits a component, a
 bfloat16 scale and zero point per 128 components, the query in one bfloat16 row), the first pass
-over the int8 copy (`vectors.int8_dot`: the query as two
-bfloat16 rows, its rounding and the rest) and torch's weight-only int8 product with the query in
-one bfloat16 row (`_weight_int8pack_mm`, one byte a component, a scale a row) where this torch
-has it. Each with its largest error against float32 and the share of the dense channel's top 10
-it keeps.
+over the int8 copy by torch's kernel (`vectors.int8_dot`: the query as two bfloat16 rows, its
+rounding and the rest) and by the compiled loop the sidecar reads it with where numba compiles
+(`kernels.int8_rows`: the float32 query; on one thread, and as shipped, in two halves with
+the second thread placed as `cpu_placement` auto places it), and
+torch's weight-only int8 product with the query in one bfloat16 row (`_weight_int8pack_mm`, one
+byte a component, a scale a row) where this torch has it. Each with its largest error against
+float32 and the share of the dense channel's top 10 it keeps.
 
 Quality (`--quality`): the fused search in two passes as shipped (`search_refine_rows`, the int4
 copy), in two passes over the int8 copy, with the float16 index in one exact pass, with the index's vectors rounded to int8 (a symmetric scale
@@ -48,6 +50,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import query_precision as QP  # noqa: E402
+from server_plugin.retrieval.ranking import kernels  # noqa: E402
 from server_plugin.retrieval.ranking import score  # noqa: E402
 from server_plugin.retrieval.ranking import vectors as V  # noqa: E402
 
@@ -142,7 +145,11 @@ def cost(store: str, n: int, gaps: list[float]) -> None:
                 ways["int4 copy, the shipped first pass"] = lambda v: V.int4_dot(copy4, v)
             if V.int8_ready(rows.shape[1]):
                 copy = V.Int8Rows(rows.shape[1]).sync(rows, len(rows))
-                ways["int8 copy, first pass (search_first_pass int8)"] = lambda v: V.int8_dot(*copy, v)
+                ways["int8 copy, first pass, torch's kernel"] = lambda v: V.int8_dot(*copy, v)
+                if kernels.compiled() is not None:
+                    ways["int8 copy, compiled loop, one thread"] = lambda v: compiled_int8(copy, v)
+                    ways["int8 copy, compiled loop, shipped (halves, placed)"] = lambda v: V.coarse_dot(
+                        copy, v, True, "auto")
             if product and rows.shape[1] % 16 == 0:
                 q, scale = int8_rows(rows)
                 qt, st = torch.from_numpy(q), torch.from_numpy(scale).to(torch.bfloat16)
@@ -158,6 +165,14 @@ def cost(store: str, n: int, gaps: list[float]) -> None:
                     print(f"| {label} | {name} | {gap} | {p50:.2f} | {p95:.2f} | {error:.1e} | {kept:.3f} |")
     finally:
         shutil.rmtree(folder)
+
+
+def compiled_int8(copy: tuple[np.ndarray, np.ndarray], vector: np.ndarray) -> np.ndarray:
+    """The int8 copy's scores by the compiled loop on this thread alone (`vectors.coarse_dots`
+    halves the rows from SPLIT_ROWS on)."""
+    out = np.empty(len(copy[0]), dtype=np.float32)
+    kernels.int8_rows(*copy, np.ascontiguousarray(vector, dtype=np.float32), 0, len(out), out)
+    return out
 
 
 def quality_at_store(store: str, n: int) -> None:

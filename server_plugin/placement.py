@@ -12,7 +12,9 @@ that much work of its own, and the turn pays. Over HTTP, placed against not in o
 So, with the setting `cpu_placement` "auto":
 - the pool's threads keep to the upper half of the process's CPUs (`embedding`);
 - the thread that hands the pool a text first leaves those CPUs (`leave`) and takes its own
-  back once it has the vector or its request ends (`rejoin`): the wake-up goes to an idle CPU.
+  back once it has the vector or its request ends (`rejoin`): the wake-up goes to an idle CPU;
+- so does the first pass's second thread at campaign size (ranking/vectors.py, `coarse_dots`),
+  which reads half the rows on the CPU the embedding has just left idle.
 
 Nothing is placed with one CPU, where threads cannot be placed (macOS, Windows), where the CPUs
 are not all of one kind (a phone's big and little cores, a laptop's performance and efficiency
@@ -80,17 +82,20 @@ def embedding(setting: str) -> None:
         _place(split_cpus[1])
 
 
-def leave(setting: str) -> None:
-    """On a thread about to hand the pool a text: off the embedding's CPUs until `rejoin`."""
+def leave(setting: str) -> bool:
+    """On a thread about to hand the pool a text: off the embedding's CPUs until `rejoin`.
+    Whether this call moved it (False: not placed, or off them already)."""
     if setting != "auto" or getattr(_thread, "saved", None) is not None \
             or getattr(_thread, "embedding", False):
-        return
+        return False
     split_cpus = halves()
     if split_cpus is None:
-        return
+        return False
     saved = os.sched_getaffinity(0)
     if _place(saved - split_cpus[1] or split_cpus[0]):
         _thread.saved = saved
+        return True
+    return False
 
 
 def rejoin() -> None:

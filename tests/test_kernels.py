@@ -22,8 +22,38 @@ pytestmark = [pytest.mark.skipif(not V.int8_ready(DIM), reason="this torch has n
 
 def _both(coarse: R.Corpus, query: R.Query, params: R.RankingParams,
           mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    return (R.rank(coarse, query, replace(params, compiled=True), mask),
-            R.rank(coarse, query, replace(params, compiled=False), mask))
+    # The loops against numpy's passes from the same first-pass cosines: torch's int8 kernel on
+    # both sides (the compiled scan of an int8 copy has a test of its own, below).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(kernels, "int8_rows", lambda *args: False)
+        return (R.rank(coarse, query, replace(params, compiled=True), mask),
+                R.rank(coarse, query, replace(params, compiled=False), mask))
+
+
+def test_sw6_the_compiled_int8_scan_reads_every_row_of_both_copies_once_in_two_halves(monkeypatch):
+    """rule SW6: the int8 copies' first pass by the compiled loop (vectors.coarse_dots): every
+    row of the items' and the passages' copies within 3e-3 of the exact cosine and within 1e-3
+    of torch's int8 kernel; the rows cut in two halves on two threads wherever the middle
+    falls (in the items, in the passages, between them) give the scores of one thread to the
+    bit; with the setting off (`compiled` False) or without numba, torch's kernel's scores."""
+    rng = np.random.default_rng(47)
+    for n_items, n_sent in ((900, 300), (300, 900), (600, 600), (5, 1000)):
+        items = _unit(rng.standard_normal((n_items, DIM))).astype(np.float32)
+        sent = _unit(rng.standard_normal((n_sent, DIM))).astype(np.float32)
+        copies = [V.Int8Rows(DIM).sync(items, n_items), V.Int8Rows(DIM).sync(sent, n_sent)]
+        query = _unit(items[1] + 0.3 * rng.standard_normal(DIM))
+        torchs = [V.int8_dot(*copy, query) for copy in copies]
+        monkeypatch.setattr(V, "SPLIT_ROWS", 10**9)
+        whole = V.coarse_dots(copies, query, compiled=True)
+        monkeypatch.setattr(V, "SPLIT_ROWS", 1)
+        halves = V.coarse_dots(copies, query, compiled=True)
+        for got, one, rows, theirs in zip(halves, whole, (items, sent), torchs):
+            assert got.dtype == np.float32 and np.array_equal(got, one)
+            assert np.abs(got - rows @ query).max() < 3e-3 and np.abs(got - theirs).max() < 1e-3
+        assert all(np.array_equal(a, b) for a, b in zip(V.coarse_dots(copies, query), torchs))
+        monkeypatch.setattr(kernels, "compiled", lambda: None)
+        assert all(np.array_equal(a, b) for a, b in zip(V.coarse_dots(copies, query, compiled=True), torchs))
+        monkeypatch.undo()
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -72,6 +102,7 @@ def test_sw6_without_the_loops_or_without_passages_numpys_passes_rank():
     assert not kernels.fits(bare, params) and kernels.fits(coarse, params)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(kernels, "first_pass", lambda *a: pytest.fail("no passages: numpy's passes"))
+        patch.setattr(kernels, "int8_rows", lambda *args: False)  # torch's scan, as with the setting off
         got = R.rank(bare, query, params)
     numpys = R.rank(bare, query, replace(params, compiled=False))
     assert np.isfinite(got).all() and np.abs(got - numpys).max() < 1e-9

@@ -73,3 +73,40 @@ def test_op10_a_request_that_never_waits_for_its_vector_gives_its_cpus_back(api)
     response = api.get("/v1/health")
     assert response.status_code == 200
     assert os.sched_getaffinity(0) == before
+
+
+@pytest.mark.skipif(not PLACEABLE, reason="needs Linux and two or more CPUs of one kind")
+def test_op10_the_first_pass_second_half_runs_on_the_embedding_cpus_while_the_caller_waits_off_them(
+        monkeypatch):
+    """The int8 first pass in two halves (vectors.coarse_dots): the helper's half on the
+    embedding's CPUs, the caller's half off them, the caller's CPUs given back after; with the
+    setting off, nobody moves."""
+    import numpy as np
+
+    from server_plugin.retrieval.ranking import kernels
+    from server_plugin.retrieval.ranking import vectors as V
+
+    if kernels.compiled() is None or not V.int8_ready(16):
+        pytest.skip("needs numba's loops and torch's int8 kernel")
+    embedding = placement.halves()[1]
+    rows = np.random.default_rng(3).standard_normal((64, 16)).astype(np.float32)
+    copies = [V.Int8Rows(16).sync(rows, 40), V.Int8Rows(16).sync(rows, 24)]
+    seen: list[tuple[str, frozenset[int]]] = []
+    real = kernels.int8_rows
+
+    def watched(*args):
+        seen.append(("helper" if placement._thread.__dict__.get("embedding") else "caller",
+                     frozenset(os.sched_getaffinity(0))))
+        return real(*args)
+    monkeypatch.setattr(kernels, "int8_rows", watched)
+    monkeypatch.setattr(V, "SPLIT_ROWS", 1)
+    before = os.sched_getaffinity(0)
+    got = V.coarse_dots(copies, rows[0], True, "auto")
+    assert np.abs(got[0] - rows[:40] @ rows[0]).max() < 0.05
+    assert {who for who, _ in seen} == {"helper", "caller"}
+    assert all(cpus <= embedding for who, cpus in seen if who == "helper")
+    assert all(not cpus & embedding for who, cpus in seen if who == "caller")
+    assert os.sched_getaffinity(0) == before
+    seen.clear()
+    V.coarse_dots(copies, rows[0], True, "off")
+    assert [cpus for who, cpus in seen if who == "caller"] == [frozenset(before)]

@@ -44,7 +44,7 @@ def params_of(settings: Settings) -> R.RankingParams:
         w_temporal=s.search_w_temporal, w_length=s.search_w_length, w_date=s.search_w_date,
         date_after_days=s.search_date_after_days, date_tau_days=s.search_date_tau_days,
         query_person=s.search_query_person, refine_rows=s.search_refine_rows,
-        compiled=s.search_compiled_first_pass)
+        compiled=s.search_compiled_first_pass, placed=s.cpu_placement)
 
 
 def reading_params(svc: Services, query: str) -> R.RankingParams:

@@ -20,6 +20,10 @@ BM25's neighbour context is two loops: `_spreads` sums each term's counts over i
 their neighbours (what lexical's spread cache keeps), `_bm25_spread` scores a term from its
 spread, kept or just made.
 
+Where the first pass reads an int8 copy (a CPU without AVX-512), its scan is a loop too
+(`int8_rows`, over a range of rows, so that vectors.coarse_dots can give half to a second thread):
+about half the time of torch's int8 kernel over the same rows there.
+
 The arithmetic is that of `score.dense_channels`, `fusion.fuse` and `rank`'s session prior (the
 channels kept in float32, the sums in float64; numpy weighs a window's neighbours in float32):
 tests/test_kernels.py holds the two to every score within 1e-6 and the same top 20. Without
@@ -29,6 +33,7 @@ the same answers, slower.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -190,6 +195,17 @@ def _bm25_spread(rows: np.ndarray, counts: np.ndarray, weight: float, norm: np.n
         scores[r] += weight * tf * (k1 + 1.0) / (tf + norm[r])
 
 
+def _int8_rows(rows: np.ndarray, bits: np.ndarray, table: np.ndarray, vector: np.ndarray, lo: int,
+               hi: int, out: np.ndarray) -> None:  # pragma: no cover
+    """out[lo:hi]: rows lo..hi of an int8 copy times the float32 `vector`, each times its row's
+    scale (`bits`: its bfloat16 bits as uint16; `table`: the float32 value of each of them)."""
+    for i in range(lo, hi):
+        acc = np.float32(0.0)
+        for k in range(rows.shape[1]):
+            acc += np.float32(rows[i, k]) * vector[k]
+        out[i] = acc * table[bits[i]]
+
+
 def _at_least(scores: np.ndarray, threshold: float, out: np.ndarray) -> int:  # pragma: no cover
     """The rows whose score is at least `threshold`, into `out` while it has room; how many."""
     found = 0
@@ -220,6 +236,9 @@ def compiled() -> dict[str, Callable[..., Any]] | None:
                 jit = numba.njit(cache=True, nogil=True)
                 made = {f.__name__: jit(f) for f in (_channels, _fused, _with_session, _best_outside,
                                                      _spreads, _bm25_spread, _at_least)}
+                # Reassociated: the sum of a row's products in vector lanes (a first pass's
+                # scores; the order of the additions moves them by ~1e-7, the copy by ~1e-3).
+                made["_int8_rows"] = numba.njit(cache=True, nogil=True, fastmath=True)(_int8_rows)
                 _warm(made)
                 _COMPILED = made
             except Exception:  # no numba, no cache directory, an unsupported platform
@@ -243,6 +262,8 @@ def _warm(made: Mapping[str, Callable[..., Any]]) -> None:
     made["_with_session"](fused, gids, best, mask, 0.1, np.zeros(n, f64))
     made["_best_outside"](fused, gids, mask, mask, best)
     made["_at_least"](fused, 0.0, np.zeros(n, i64))
+    made["_int8_rows"](np.ones((n, 16), np.int8), np.zeros(n, np.uint16), bfloat16_table(), np.ones(16, f32),
+                       0, n, np.zeros(n, f32))
     made["_spreads"](np.zeros(1, i64), np.ones(1, f64), np.array([0, 1]), nbr, np.ones(4, f64),
                      np.zeros(n, f64), np.zeros(5, i64), np.zeros(5, i64), np.zeros(5, f64), np.zeros(2, i64))
     made["_bm25_spread"](np.zeros(1, i64), np.ones(1, f64), 1.0, np.ones(n, f64), 1.2, np.zeros(n, f64))
@@ -353,6 +374,25 @@ def bm25(terms: list[tuple[np.ndarray, np.ndarray, float]], norm: np.ndarray, k1
     for rows, counts, weight in terms:
         loops["_bm25_spread"](rows, counts, float(weight), norm, float(k1), scores)
     return scores
+
+
+def int8_rows(rows: np.ndarray, bits: np.ndarray, vector: np.ndarray, lo: int, hi: int,
+              out: np.ndarray) -> bool:
+    """out[lo:hi] = rows lo..hi of an int8 copy (`vectors.Int8Rows`: int8 rows, bfloat16 scale
+    bits) times the float32 `vector`, each times its row's scale: `vectors.int8_dot`'s scores,
+    from the query as it is rather than as two bfloat16 rows. False (nothing written) without
+    the compiled loops."""
+    loops = compiled()
+    if loops is None:
+        return False
+    loops["_int8_rows"](rows, bits.view(np.uint16), bfloat16_table(), vector, lo, hi, out)
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def bfloat16_table() -> np.ndarray:
+    """The float32 value of every bfloat16 bit pattern (256 KB): a row's scale is one lookup."""
+    return (np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)).view(np.float32)
 
 
 SAMPLE = 2048  # scores whose order sets `k_best`'s threshold

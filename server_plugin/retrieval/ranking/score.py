@@ -14,7 +14,7 @@ from .lexical import TermIndex, bm25, remembered
 from .text import Cast, analyze, is_temporal_query, rewrite_query
 from . import kernels, refine
 from .fusion import fuse, mean_sd, zscore
-from .vectors import Int4View, coarse_dot, coarse_ready, dot, k_best
+from .vectors import Int4View, coarse_dot, coarse_dots, coarse_ready, dot, k_best
 from .windows import Runs, group_max, runs_of, window_pair, window_scores
 
 def segment_max(values: np.ndarray, owners: np.ndarray, n_items: int, fill: np.ndarray,
@@ -67,6 +67,7 @@ class RankingParams:
     query_person: str  # dense query: "first_person" or "strip"
     refine_rows: int  # rescored exactly after a first pass over an int4 / int8 copy (refine.py); 0: none
     compiled: bool  # that first pass as numba's loops (kernels.py) where numba is there
+    placed: str  # cpu_placement: where that pass's second thread runs (vectors.coarse_dots)
     # Not settings: the stored counts hold single stems only (bigrams were flat on LoCoMo and
     # double the postings); the benchmarks measure them.
     bigrams: bool = False  # adjacent-stem bigrams in BM25 terms
@@ -219,7 +220,9 @@ def dense_channels(corpus: Corpus, vector: np.ndarray, params: RankingParams,
     its best passage's (weight-0 windows and passages skipped). `coarse`: from the corpus's
     int4 or int8 copies (approximate, see `refine`)."""
     out: dict[str, np.ndarray] = {}
-    base = coarse_dot(corpus.coarse, vector) if coarse and corpus.coarse is not None else dot(corpus.vectors, vector)
+    base = (coarse_dot(corpus.coarse, vector, params.compiled, params.placed)
+            if coarse and corpus.coarse is not None
+            else dot(corpus.vectors, vector))
     out["dense"] = base
     if corpus.win_vectors is not None:
         if params.w_dense_win1:
@@ -238,7 +241,8 @@ def dense_channels(corpus: Corpus, vector: np.ndarray, params: RankingParams,
         elif two:
             out["dense_win2"] = window_scores(base, nbr, 2, corpus.win2_norm, params.window_weights)
     if params.w_dense_sent and corpus.sent_vectors is not None and len(corpus.sent_vectors):
-        sims = (coarse_dot(corpus.coarse_sent, vector) if coarse and corpus.coarse_sent is not None
+        sims = (coarse_dot(corpus.coarse_sent, vector, params.compiled, params.placed)
+                if coarse and corpus.coarse_sent is not None
                 else dot(corpus.sent_vectors, vector))
         out["dense_sent"] = np.maximum(base, segment_max(sims, corpus.sent_owner, len(corpus), base,
                                                          corpus.runs("sent_owner")))
@@ -364,8 +368,8 @@ def _compiled_first_pass(corpus: Corpus, vector: np.ndarray, params: RankingPara
     n = len(corpus)
     candidates = (remembered(corpus.memo, ("every row", n), None, lambda: np.ones(n, dtype=bool))
                   if mask is None else mask)
-    base = coarse_dot(corpus.coarse, vector)  # type: ignore[arg-type]
-    sims = coarse_dot(corpus.coarse_sent, vector)  # type: ignore[arg-type]
+    copies = [corpus.coarse, corpus.coarse_sent]
+    base, sims = coarse_dots(copies, vector, True, params.placed)  # type: ignore[arg-type]
     done = kernels.first_pass(corpus, base, sims, params, candidates, count, words, word_stats)
     if done is None:
         return None

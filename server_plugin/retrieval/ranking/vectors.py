@@ -28,11 +28,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ... import placement
 from . import kernels
 
 _BLOCK = 16_384  # rows converted at a time where torch is missing (bounded extra memory)
 SPLIT_ROWS = 32_768  # from here a scan is halved across two threads (below, the hand-off costs more)
 _HELPER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chronicler-dot")
+# The first pass's second half: placed as the query's embedding is (placement.py), on the CPUs
+# the embedding has just left idle, and the thread that hands it the rows waits off them.
+_SCAN = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chronicler-scan")
 
 
 def torch_or_none():
@@ -340,9 +344,76 @@ def coarse_copies(kind: str | None, dim: int) -> "tuple[Int4Rows, Int4Rows] | tu
     return None
 
 
-def coarse_dot(copy: "tuple[np.ndarray, np.ndarray] | Int4View", vector: np.ndarray) -> np.ndarray:
-    """The first pass's scores from a copy `Int8Rows` or `Int4Rows` made."""
-    return int4_dot(copy, vector) if isinstance(copy, Int4View) else int8_dot(*copy, vector)
+def coarse_dot(copy: "tuple[np.ndarray, np.ndarray] | Int4View", vector: np.ndarray,
+               compiled: bool = False, placed: str = "off") -> np.ndarray:
+    """The first pass's scores from a copy `Int8Rows` or `Int4Rows` made (`compiled`, `placed`:
+    see `coarse_dots`)."""
+    return coarse_dots([copy], vector, compiled, placed)[0]
+
+
+def coarse_dots(copies: "list[tuple[np.ndarray, np.ndarray] | Int4View]", vector: np.ndarray,
+                compiled: bool = False, placed: str = "off") -> list[np.ndarray]:
+    """`coarse_dot` of each copy (the items' and the passages'). `compiled` (the setting
+    `search_compiled_first_pass`): int8 copies are read by kernels.int8_rows where numba
+    compiles it, the rows of all of them in two halves on two threads from SPLIT_ROWS on, the
+    second placed as `placed` (the setting `cpu_placement`) says. On a CPU without AVX-512,
+    where the int8 copy is the first pass, torch's int8 kernel took twice the compiled loop's
+    time over the same rows (bench/README.md, `scan_cost.py`). Otherwise torch's kernels."""
+    if compiled and copies and not any(isinstance(copy, Int4View) for copy in copies):
+        query = np.ascontiguousarray(vector, dtype=np.float32)
+        done = _int8_compiled(copies, query, placed)  # type: ignore[arg-type]
+        if done is not None:
+            return done
+    return [int4_dot(copy, vector) if isinstance(copy, Int4View) else int8_dot(*copy, vector)
+            for copy in copies]
+
+
+Span = tuple[np.ndarray, np.ndarray, int, int, np.ndarray]  # rows, scale bits, lo, hi, out
+
+
+def _int8_compiled(copies: list[tuple[np.ndarray, np.ndarray]], query: np.ndarray,
+                   placed: str) -> list[np.ndarray] | None:
+    """Each int8 copy's scores by the compiled loop, or None without it. The rows of all the
+    copies, taken in order, are cut in two at their middle: the second half on `_SCAN`."""
+    outs = [np.empty(len(rows), dtype=np.float32) for rows, _ in copies]
+    spans: list[Span] = [(rows, bits, 0, len(rows), out) for (rows, bits), out in zip(copies, outs)]
+    total = sum(len(rows) for rows, _ in copies)
+    if total < SPLIT_ROWS:
+        return outs if _int8_spans(spans, query) else None
+    mine, theirs = _cut(spans, total // 2)
+    # Unplaced, the helper woke on this thread's CPU and waited there: no faster than one thread.
+    moved = placement.leave(placed)
+    try:
+        other = _SCAN.submit(_placed_spans, theirs, query, placed)
+        done = _int8_spans(mine, query)
+        done = other.result() and done
+    finally:
+        if moved:
+            placement.rejoin()
+    return outs if done else None
+
+
+def _cut(spans: list[Span], at: int) -> tuple[list[Span], list[Span]]:
+    """The spans' first `at` rows, and the rest."""
+    first: list[Span] = []
+    rest: list[Span] = []
+    for rows, bits, lo, hi, out in spans:
+        take = min(max(at, 0), hi - lo)
+        if take:
+            first.append((rows, bits, lo, lo + take, out))
+        if lo + take < hi:
+            rest.append((rows, bits, lo + take, hi, out))
+        at -= take
+    return first, rest
+
+
+def _placed_spans(spans: list[Span], query: np.ndarray, placed: str) -> bool:
+    placement.embedding(placed)
+    return _int8_spans(spans, query)
+
+
+def _int8_spans(spans: list[Span], query: np.ndarray) -> bool:
+    return all(kernels.int8_rows(rows, bits, query, lo, hi, out) for rows, bits, lo, hi, out in spans)
 
 
 def coarse_ready(copy: "tuple[np.ndarray, np.ndarray] | Int4View", dim: int) -> bool:
