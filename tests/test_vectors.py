@@ -36,6 +36,7 @@ def test_sw6_float16_products_of_any_number_of_rows_use_few_shapes_and_the_same_
     whole = torch.matmul(torch.from_numpy(rows), column).squeeze(1).numpy().astype(np.float32)
     shapes: set[int] = set()
     real = torch.matmul
+    monkeypatch.setattr(V, "float16_mv", lambda: False)  # the product's way (an AVX-512 CPU's)
 
     def recording(a, b):
         shapes.add(int(a.shape[0]))
@@ -45,3 +46,23 @@ def test_sw6_float16_products_of_any_number_of_rows_use_few_shapes_and_the_same_
         got = V._dot(rows[:n], query)
         assert got.dtype == np.float32 and np.allclose(got, whole[:n], rtol=0, atol=1e-3)
     assert len(shapes) <= 15 and all(s & (s - 1) == 0 for s in shapes), sorted(shapes)
+
+
+def test_sw6_float16_rows_by_mv_where_the_cpu_has_no_avx512(monkeypatch):
+    """rule SW6: on a CPU without AVX-512 float16 rows are multiplied by `torch.mv` (2.4x faster
+    there than the one-column product), one call for any number of rows, each score within a
+    float16 step of the exact product; with AVX-512, the product in power-of-two blocks."""
+    rng = np.random.default_rng(4)
+    rows = (rng.standard_normal((3_001, 384)) / 20).astype(np.float16)
+    query = rng.standard_normal(384).astype(np.float32)
+    exact = rows.astype(np.float64) @ query.astype(np.float16).astype(np.float64)
+    calls: list[int] = []
+    real = torch.mv
+    monkeypatch.setattr(torch, "mv", lambda a, b: calls.append(int(a.shape[0])) or real(a, b))
+    monkeypatch.setattr(V, "float16_mv", lambda: True)
+    got = V._dot(rows, query)
+    assert calls == [3_001] and got.dtype == np.float32 and np.abs(got - exact).max() < 2e-3
+    monkeypatch.setattr(V, "float16_mv", lambda: False)
+    assert np.abs(V._dot(rows, query) - exact).max() < 2e-3 and calls == [3_001]
+    monkeypatch.undo()
+    assert V.float16_mv() == (not str(torch.backends.cpu.get_cpu_capability()).startswith("AVX512"))

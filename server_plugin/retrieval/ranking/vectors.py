@@ -83,14 +83,27 @@ def _dot(rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
         return np.concatenate([rows[i:i + _BLOCK].astype(np.float32) @ query
                                for i in range(0, len(rows), _BLOCK)] or [np.zeros(0, np.float32)])
     with torch.inference_mode():
+        query = torch.from_numpy(np.asarray(vector, dtype=np.float16))
+        table = torch.from_numpy(rows)
+        if float16_mv():
+            return torch.mv(table, query).numpy().astype(np.float32)
         # A matrix product with a one-column matrix, not `torch.mv`: the same scores to the bit,
         # and on a CPU where float16 is computed, not streamed (one with AVX-512 float16, where
         # the scan is bound by arithmetic), about a fifth faster (bench/README.md, `scan_cost.py`).
-        column = torch.from_numpy(np.asarray(vector, dtype=np.float16)).unsqueeze(1)
-        table = torch.from_numpy(rows)
+        column = query.unsqueeze(1)
         out = torch.cat([torch.matmul(table[lo:lo + size], column).squeeze(1)
                          for lo, size in power_blocks(len(rows))] or [torch.zeros(0, dtype=torch.float16)])
     return out.numpy().astype(np.float32)
+
+
+@functools.lru_cache(maxsize=1)
+def float16_mv() -> bool:
+    """Whether float16 rows are multiplied by `torch.mv`: on a CPU without AVX-512, where the
+    one-column product took 2.4x mv's time (bench/README.md, stop 41: 0.81 against 0.33 ms over
+    1,500 rows, what the rescoring reads; 20.3 against 12.0 over 107,769). The scores there may
+    differ from the product's by a float16 step; every caller on one machine takes the same."""
+    torch = torch_or_none()
+    return torch is not None and not str(torch.backends.cpu.get_cpu_capability()).startswith("AVX512")
 
 
 def power_blocks(n: int) -> list[tuple[int, int]]:
