@@ -15,6 +15,8 @@ At each step, against a real sidecar process (waitress) on the store:
 - the catch-up: the background jobs the fill queued, drained (not counted in the rest);
 - ready: time from starting the process to /v1/health saying embedder and search index ready,
   beside what touching new memory costs on this machine just before (`fresh_memory_s_per_gb`);
+- the first context call and the first search after ready (`first_context_ms`, `first_search_ms`):
+  what a sidecar leaves to its first calls;
 - `POST /v1/context` and `POST /v1/search` p50/p95 over HTTP, each call with a new LoCoMo question
   as the player's action / the query; the floor (one new query embedding, same model, in this
   process) between the calls;
@@ -271,6 +273,13 @@ class Sidecar:
         self.proc.wait(30)
 
 
+def first_call_ms(car: Sidecar, route: str, body: dict) -> float:
+    """Wall time (ms) of one call, the first of its route since the sidecar started."""
+    started = time.perf_counter()
+    car.session.post(f"{car.base}/{route}", json=body, timeout=60).raise_for_status()
+    return round((time.perf_counter() - started) * 1e3, 1)
+
+
 def timed_calls(car: Sidecar, route: str, bodies: list[dict], model, floor_texts: list[str],
                 warm: int = 10) -> dict:
     times, floors = [], []
@@ -432,6 +441,12 @@ def measure(data_dir: Path, step: int, questions: list[str], n: int, model, limi
         ctx = {"chat_id": CHAT, "speaker_id": "char00.png", "context_tokens": 16384,
                "generation_type": "normal", "memory_bank": True,
                "instructions": sentence(rnd, 250), "authors_note": sentence(rnd, 40)}
+        # The first turn after the restart, then the first search: work a sidecar leaves to its
+        # first calls is not in ready_s (texts of their own: the timed calls' stay new).
+        first_turn = {**ctx, "last_action": {"text": f"{asks[-1]} (first)"}}
+        out["first_context_ms"] = first_call_ms(car, "context", first_turn)
+        first_query = {"query": f"{finds[-1]} (first)", "chat_id": CHAT, "k": 10}
+        out["first_search_ms"] = first_call_ms(car, "search", first_query)
         out["context"] = timed_calls(car, "context", [{**ctx, "last_action": {"text": q}} for q in asks],
                                      model, floors)
         out["search"] = timed_calls(car, "search", [{"query": q, "chat_id": CHAT, "k": 10} for q in finds],

@@ -9,7 +9,8 @@ bfloat16 index (neither shipped) save and change.
 
 Cost: the live index of a campaign_scale snapshot (item and passage vectors, float16, as the
 sidecar keeps them), each product timed after an idle pause (`--gap`, as turns come) and back to
-back: the shipped `vectors.dot` (split over two threads from 32,768 rows), the same on one thread,
+back: the shipped `vectors.dot` (split over two threads from 32,768 rows, the second placed as
+`cpu_placement` auto places it; and unplaced, as before stop 42), the same on one thread,
 torch's `mv` on one thread (what `dot` used before: the same scores), torch's bfloat16 product on
 one thread, the shipped first pass over the int4 copy (`vectors.int4_dot`: 4 bits a component, a
 bfloat16 scale and zero point per 128 components, the query in one bfloat16 row), the first pass
@@ -134,7 +135,8 @@ def cost(store: str, n: int, gaps: list[float]) -> None:
         print("| --- | --- | --- | --- | --- | --- | --- |")
         for label, rows in (("items", corpus.vectors), ("passages", corpus.sent_vectors)):
             exact = [rows.astype(np.float32) @ v for v in vectors]
-            ways = {"float16, shipped dot": lambda v: V.dot(rows, v),
+            ways = {"float16, shipped dot (halves, placed)": lambda v: V.dot(rows, v, "auto"),
+                    "float16, halves unplaced": lambda v: V.dot(rows, v, "off"),
                     "float16, one thread": lambda v: V._dot(rows, v),
                     "float16, torch.mv, one thread": lambda v: torch.mv(torch.from_numpy(rows), torch.from_numpy(
                         np.asarray(v, dtype=np.float16))).numpy().astype(np.float32)}

@@ -212,6 +212,7 @@ def test_the_packaged_embedder_traces_its_query_pass_once_ready(embedder):
 
 def test_bfloat16_is_refused_when_it_is_not_faster_or_not_close(encoder, monkeypatch):
     probes = ("hi", "What did she say about the lighthouse last summer?")
+    monkeypatch.setattr(bert, "may_compute_bfloat16", lambda torch: True)  # the trial decides
     monkeypatch.setattr(encoder, "_cost", lambda text, query, tries: 1.0)  # no faster
     assert encoder.choose_query_precision(probes) == "float32" and encoder._half is None
     monkeypatch.setattr(encoder, "_cost", lambda text, query, tries: 0.1 if query else 1.0)
@@ -264,3 +265,32 @@ def test_the_setting_float32_keeps_every_query_in_float32(tmp_path, embedder):
     model._cache.clear()
     assert np.array_equal(query, model.embed_one(text, 60, kind="passage"))
     assert np.abs(query - bert_reference(text)).max() < 1e-6
+
+
+def test_no_bfloat16_trial_on_an_x86_cpu_without_avx512(encoder, monkeypatch):
+    """An x86 CPU that torch runs without AVX-512 has no bfloat16 instructions: no trial (it
+    would time an emulated pass), float32, however the timing would have come out. AVX-512 and
+    other architectures are left to the trial."""
+    probes = ("hi", "What did she say about the lighthouse last summer?")
+    timed: list[bool] = []
+    monkeypatch.setattr(encoder, "_cost",
+                        lambda text, query, tries: timed.append(query) or (0.1 if query else 1.0))
+    monkeypatch.setattr(bert, "HALF_COSINE", 0.999)
+    monkeypatch.setattr(bert, "may_compute_bfloat16", lambda torch: False)
+    assert encoder.choose_query_precision(probes) == "float32" and encoder._half is None and timed == []
+    monkeypatch.undo()
+
+    class Cpu:
+        capability = "AVX2"
+
+        class backends:  # noqa: N801 - torch's attribute names
+            class cpu:  # noqa: N801
+                @staticmethod
+                def get_cpu_capability() -> str:
+                    return Cpu.capability
+
+    for machine, capability, may in [("x86_64", "AVX2", False), ("AMD64", "DEFAULT", False),
+                                     ("x86_64", "AVX512", True), ("aarch64", "DEFAULT", True)]:
+        Cpu.capability = capability
+        monkeypatch.setattr(bert.platform, "machine", lambda m=machine: m)
+        assert bert.may_compute_bfloat16(Cpu) is may, (machine, capability)

@@ -110,3 +110,37 @@ def test_op10_the_first_pass_second_half_runs_on_the_embedding_cpus_while_the_ca
     seen.clear()
     V.coarse_dots(copies, rows[0], True, "off")
     assert [cpus for who, cpus in seen if who == "caller"] == [frozenset(before)]
+
+
+@pytest.mark.skipif(not PLACEABLE, reason="needs Linux and two or more CPUs of one kind")
+def test_op10_a_full_float16_scan_halves_on_the_embedding_cpus_as_the_first_pass_does(monkeypatch):
+    """An exact pass over every row (vectors.dot, from SPLIT_ROWS rows) is cut in two as the
+    first pass is (vectors.in_halves): the helper's half on the embedding's CPUs, the caller's
+    off them and given back after, the scores those of one thread; with the setting off, nobody
+    moves."""
+    import numpy as np
+
+    from server_plugin.retrieval.ranking import vectors as V
+
+    embedding = placement.halves()[1]
+    rows = np.random.default_rng(5).standard_normal((64, 16)).astype(np.float16)
+    query = rows[3].astype(np.float32)
+    whole = V._dot(rows, query)
+    seen: list[tuple[str, int, frozenset[int]]] = []
+    real = V._dot
+
+    def watched(part, vector):
+        who = "helper" if placement._thread.__dict__.get("embedding") else "caller"
+        seen.append((who, len(part), frozenset(os.sched_getaffinity(0))))
+        return real(part, vector)
+    monkeypatch.setattr(V, "_dot", watched)
+    monkeypatch.setattr(V, "SPLIT_ROWS", 1)
+    before = os.sched_getaffinity(0)
+    assert np.array_equal(V.dot(rows, query, "auto"), whole)
+    assert sorted((who, n) for who, n, _ in seen) == [("caller", 32), ("helper", 32)]
+    assert all(cpus <= embedding for who, _, cpus in seen if who == "helper")
+    assert all(not cpus & embedding for who, _, cpus in seen if who == "caller")
+    assert os.sched_getaffinity(0) == before
+    seen.clear()
+    assert np.array_equal(V.dot(rows, query, "off"), whole)
+    assert [cpus for who, _, cpus in seen if who == "caller"] == [frozenset(before)]

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from server_plugin.api.schemas import BASE_URI, SCHEMA_DIR, default_schemas
 
@@ -21,6 +22,7 @@ def test_every_schema_loads_and_has_its_id():
     schemas = default_schemas().schemas
     assert len(schemas) == len(list(SCHEMA_DIR.glob("*.json")))
     for name, schema in schemas.items():
+        Draft202012Validator.check_schema(schema)  # raises SchemaError naming what is wrong
         assert schema["$id"] == f"{BASE_URI}{name}.json"
         assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
 

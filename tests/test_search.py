@@ -3,6 +3,8 @@ index kept current by revisions, visibility, kinds and chats, deletes, restarts,
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -347,20 +349,24 @@ def test_sw6_a_fresh_index_loaded_in_bulk_equals_one_appended_row_by_row(quiet, 
         vecs, pvecs = index.item_vectors(conn, None), index.passage_vectors(conn, None)
     assert pvecs, "the long memory has passages"
     for kind in ("int4", "int8"):
-        bulk = live_index.build(services.db, (1.0, 0.6), True, coarse=kind)
+        bulk = live_index.build(services.db, (1.0, 0.6), True, coarse=kind, torch_imported=lambda: True)
         one = live_index.LiveIndex((1.0, 0.6), dim=bulk.dim, half=True, coarse=kind)
         one.rev, one.cast_version = bulk.rev, bulk.cast_version
+        one.settle_first_pass()  # as the build: int8 where this torch reads int4 copies otherwise
+        four = isinstance(bulk.coarse[0], ranking.vectors.Int4Rows)
+        assert type(one.coarse[0]) is type(bulk.coarse[0])
+        assert four == (kind == "int4" and ranking.vectors.int4_ready(bulk.dim))
         live_index._add_rows(one, rows[:3], vecs, pvecs, link=False)
         one.corpus()  # a copy of the first rows, then of the rest as they come
         live_index._add_rows(one, rows[3:], vecs, pvecs, link=False)
         one.link_all()
         # the first pass's copies: of every row, made in one batch or in steps
         for got, want in ((one.corpus().coarse, bulk.corpus().coarse), (one.corpus().coarse_sent, bulk.corpus().coarse_sent)):
-            if kind == "int4":
+            if four:
                 assert got.n == want.n and np.array_equal(got.packed, want.packed) and np.array_equal(got.scale_zero, want.scale_zero)
             else:
                 assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
-        if kind == "int4":
+        if four:
             assert (bulk.corpus().coarse.n, bulk.corpus().coarse_sent.n) == (bulk.n, bulk.pn)
             exact = bulk.vectors[:bulk.n].astype(np.float32).reshape(bulk.n, -1, ranking.vectors.INT4_GROUP)
             error = np.abs(ranking.vectors.dequantize4(bulk.corpus().coarse).reshape(exact.shape) - exact)
@@ -409,6 +415,71 @@ def test_sw6_an_int4_copy_this_torch_cannot_read_becomes_an_int8_copy(api, servi
     rows, _ = live.corpus().coarse
     assert len(rows) == live.n and np.array_equal(rows, ranking.vectors.quantize(live.vectors[:live.n])[0])
     assert ids(after) == ids(before) and before
+
+
+def test_sw6_the_build_makes_the_copy_this_torch_reads(api, services, monkeypatch):
+    """rule SW6: the build asks `int4_ready` before it makes its copies: where this torch reads
+    int4 copies otherwise, it makes int8 copies of every row and no int4 one, and a search finds
+    them made (the first query of a campaign does not make them)."""
+    setup_cast(api)
+    chat(api, "ca", [A, B])
+    say(api, "ca", [("1", "kai", "The bridge at Varn collapsed last spring."),
+                    ("2", A, "I was on it when the stones gave way under the carts of the autumn fair. "
+                             "The river took three wagons and the miller's mule before anyone could shout. "
+                             "We pulled the carter out below the weir, half drowned and cursing the duke.")])
+    monkeypatch.setattr(ranking.vectors, "int4_ready", lambda dim: False)
+    packed: list[int] = []
+    quantize4 = ranking.vectors.quantize4
+    monkeypatch.setattr(ranking.vectors, "quantize4",
+                        lambda rows: packed.append(len(rows)) or quantize4(rows))
+    state = live_index.state_of(services)
+    fresh = state.fresh()
+    assert all(isinstance(copy, ranking.vectors.Int8Rows) for copy in fresh.coarse)
+    assert fresh.coarse[0].n == fresh.n >= 2 and fresh.coarse[1].n == fresh.pn >= 1 and packed == []
+    with state.lock:
+        state.live = fresh
+    made: list[int] = []
+    quantize = ranking.vectors.quantize
+    monkeypatch.setattr(ranking.vectors, "quantize", lambda rows: made.append(len(rows)) or quantize(rows))
+    assert ids(find(api, "what happened to the bridge?")) and made == [] and packed == []
+
+
+def test_sw6_a_build_before_the_embedder_has_loaded_leaves_the_copy_to_the_first_query(services, monkeypatch):
+    """rule SW6: the build asks torch about its int4 kernel only once the embedder has loaded
+    (an import of torch on the build's thread beside the embedder's aborted the process at
+    exit); until then it makes the copy the setting names, and a query settles it."""
+    asked: list[int] = []
+    monkeypatch.setattr(ranking.vectors, "int4_ready", lambda dim: asked.append(dim) or False)
+    early = live_index.build(services.db, (1.0, 0.6), True, coarse="int4", torch_imported=lambda: False)
+    assert isinstance(early.coarse[0], ranking.vectors.Int4Rows) and asked == []
+    early.settle_first_pass()
+    assert isinstance(early.coarse[0], ranking.vectors.Int8Rows) and asked
+    asked.clear()
+    ready = live_index.build(services.db, (1.0, 0.6), True, coarse="int4", torch_imported=lambda: True)
+    assert isinstance(ready.coarse[0], ranking.vectors.Int8Rows) and asked
+
+
+def test_op10_the_compiled_loops_load_beside_the_build_not_in_the_first_search(settings, embedder, clock,
+                                                                              monkeypatch):
+    """rule OP10: the index's thread starts loading the first pass's compiled loops (numba's
+    cache, or a compilation) on a thread of its own as the build begins, not after it: a search
+    right after ready waited ~0.6 s for them at 100,000 messages. Off with the setting."""
+    for on in (True, False):
+        loaded: list[str] = []
+        monkeypatch.setattr(live_index.kernels, "compiled",
+                            lambda: loaded.append(threading.current_thread().name))
+        values = {**settings.as_dict(redact=False), "search_compiled_first_pass": on}
+        chosen = load_settings(values, environ={})
+        svc = build_services(chosen, embedder=embedder, clock=clock)
+        try:
+            state = live_index.start(svc)
+            assert state.ready.wait(60)
+            deadline = time.monotonic() + 10
+            while on and not loaded and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert loaded == (["search-loops"] if on else [])
+        finally:
+            svc.db.close()
 
 
 def test_sw6_writes_of_another_process_are_seen(api, services, settings, embedder, clock):

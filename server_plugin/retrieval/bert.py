@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -81,6 +82,15 @@ def layout(path: str) -> Layout | None:
                       lower_case=bool(st.get("do_lower_case", False)))
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
+
+
+def may_compute_bfloat16(torch: Any) -> bool:
+    """False on an x86 CPU torch runs without AVX-512: it has no bfloat16 instructions (they come
+    with AVX-512 or AMX), so bfloat16 is emulated there and the trial is not made (on a 2-vCPU
+    AMD EPYC with AVX2 it took ~3 s of the model's load beside the index's build). Elsewhere
+    (AVX-512, ARM) the trial decides."""
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+    return not (x86 and str(torch.backends.cpu.get_cpu_capability()) in ("AVX2", "DEFAULT"))
 
 
 class Encoder:
@@ -249,6 +259,8 @@ class Encoder:
         would be slower). On LoCoMo, queries embedded in bfloat16 give recall within 0.001 of
         float32's (docs/search.md). Returns the precision chosen."""
         full = self.encode(list(probes))  # float32 outside the try: a model that fails there fails to load
+        if not may_compute_bfloat16(self._torch):
+            return "float32"
         try:
             self.use_half()
             half = self.encode(list(probes), query=True)

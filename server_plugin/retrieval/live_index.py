@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -220,8 +220,8 @@ class LiveIndex:
 
     # -- reading ---------------------------------------------------------------------------------
     def settle_first_pass(self) -> None:
-        """At a query (not on the build's thread): an int4 copy this torch does not read as packed
-        (`int4_ready`: the layout differs by CPU) becomes an int8 copy, made by the next `corpus`."""
+        """An int4 copy this torch does not read as packed (`int4_ready`: the layout differs by CPU)
+        becomes an int8 copy, made by the next `corpus`. Asked by `build` and by every query."""
         if self.coarse and isinstance(self.coarse[0], V.Int4Rows) and not V.int4_ready(self.dim):
             self.coarse = V.coarse_copies("int8", self.dim)
 
@@ -290,9 +290,11 @@ def _add_rows(live: LiveIndex, rows: Sequence[Any], vecs: dict[int, np.ndarray],
         live.append(r, vector, passages, link=link)
 
 
-def build(db: Database, window_weights: Sequence[float], half: bool = False, coarse: str | None = None) -> LiveIndex:
+def build(db: Database, window_weights: Sequence[float], half: bool = False, coarse: str | None = None,
+          torch_imported: Callable[[], bool] | None = None) -> LiveIndex:
     """A fresh LiveIndex of every docs row, from one consistent snapshot (`half`: float16 vectors;
-    `coarse`: with int4 or int8 copies for ranking's first pass, made here in one batch)."""
+    `coarse`: int4 or int8 copies for ranking's first pass, made here in one batch, of the kind
+    this CPU reads once `torch_imported`: an import here beside the embedder's aborted at exit)."""
     with db.read() as conn:
         live = LiveIndex(window_weights, dim=index.model(conn)[1], half=half, coarse=coarse)
         live.rev = index.revision(conn)
@@ -303,6 +305,10 @@ def build(db: Database, window_weights: Sequence[float], half: bool = False, coa
                        lambda: index.item_vectors(conn, None), lambda: index.passage_vectors(conn, None),
                        day_of)
     live.link_all()
+    # The copies this CPU's kernel reads, made now (an int4 copy replaced at the first query cost
+    # 100,000 messages ~1 s of the build and ~1.3 s of that query; the model loads first, ~3 s).
+    if torch_imported is not None and torch_imported():
+        live.settle_first_pass()
     live.corpus()  # the first pass's copies, if any, now rather than in the first query
     return live
 
@@ -360,8 +366,9 @@ class SearchState:
     def fresh(self) -> LiveIndex:
         """A new index of the store as the settings ask for it (not installed)."""
         s = self.svc.settings
+        loaded = lambda: bool(getattr(self.svc.embedder, "ready", False))  # noqa: E731 - torch imported
         return build(self.svc.db, self._weights(), s.search_half_vectors,
-                     s.search_first_pass if s.search_refine_rows > 0 else None)
+                     s.search_first_pass if s.search_refine_rows > 0 else None, loaded)
 
     def load(self) -> None:
         """Build the index (at start-up, or on the first query without a background thread)."""
@@ -475,9 +482,9 @@ def _maintain_until_closed(ref: "weakref.ref[SearchState]") -> None:
     state = ref()
     if state is None or state.stopping:
         return
+    if state.svc.settings.search_compiled_first_pass:  # beside the build: the first search waited
+        threading.Thread(target=kernels.compiled, name="search-loops", daemon=True).start()
     state.load()
-    if state.svc.settings.search_compiled_first_pass:  # loaded (or compiled) now, not by a search
-        kernels.compiled()
     wake, state = state.wake, None
     while True:
         woke = wake.wait(timeout=2.0)

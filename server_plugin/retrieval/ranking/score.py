@@ -222,7 +222,7 @@ def dense_channels(corpus: Corpus, vector: np.ndarray, params: RankingParams,
     out: dict[str, np.ndarray] = {}
     base = (coarse_dot(corpus.coarse, vector, params.compiled, params.placed)
             if coarse and corpus.coarse is not None
-            else dot(corpus.vectors, vector))
+            else dot(corpus.vectors, vector, params.placed))
     out["dense"] = base
     if corpus.win_vectors is not None:
         if params.w_dense_win1:
@@ -243,7 +243,7 @@ def dense_channels(corpus: Corpus, vector: np.ndarray, params: RankingParams,
     if params.w_dense_sent and corpus.sent_vectors is not None and len(corpus.sent_vectors):
         sims = (coarse_dot(corpus.coarse_sent, vector, params.compiled, params.placed)
                 if coarse and corpus.coarse_sent is not None
-                else dot(corpus.sent_vectors, vector))
+                else dot(corpus.sent_vectors, vector, params.placed))
         out["dense_sent"] = np.maximum(base, segment_max(sims, corpus.sent_owner, len(corpus), base,
                                                          corpus.runs("sent_owner")))
     return out

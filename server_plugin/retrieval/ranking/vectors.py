@@ -25,17 +25,21 @@ from __future__ import annotations
 import functools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import numpy as np
 
 from ... import placement
 from . import kernels
 
-_BLOCK = 16_384  # rows converted at a time where torch is missing (bounded extra memory)
+T = TypeVar("T")
+
+# Rows converted or quantized at a time: bounded scratch, and small enough for the CPU's cache
+# (the int8 copy of 145,000 rows in 0.19 s by blocks of 2,048, 0.28 s by blocks of 16,384).
+_BLOCK = 2_048
 SPLIT_ROWS = 32_768  # from here a scan is halved across two threads (below, the hand-off costs more)
-_HELPER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chronicler-dot")
-# The first pass's second half: placed as the query's embedding is (placement.py), on the CPUs
-# the embedding has just left idle, and the thread that hands it the rows waits off them.
+# A large scan's second half (`in_halves`): placed as the query's embedding is (placement.py),
+# on the CPUs the embedding has just left idle, and the thread that hands it the rows waits off them.
 _SCAN = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chronicler-scan")
 
 
@@ -64,14 +68,34 @@ def k_best(scores: np.ndarray, k: int, compiled: bool = False) -> np.ndarray:
         return torch.topk(torch.from_numpy(scores), k, sorted=False).indices.numpy()
 
 
-def dot(rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
+def dot(rows: np.ndarray, vector: np.ndarray, placed: str = "off") -> np.ndarray:
     """`rows @ vector` as float32, whatever the rows' precision (float32 or float16); a large
-    scan in two halves on two threads."""
+    scan in two halves on two threads, placed as `placed` says (`in_halves`)."""
     if len(rows) >= SPLIT_ROWS:
         half = len(rows) // 2
-        other = _HELPER.submit(_dot, rows[half:], vector)
-        return np.concatenate([_dot(rows[:half], vector), other.result()])
+        return np.concatenate(in_halves(lambda: _dot(rows[:half], vector),
+                                        lambda: _dot(rows[half:], vector), placed))
     return _dot(rows, vector)
+
+
+def in_halves(first: Callable[[], T], second: Callable[[], T], placed: str) -> tuple[T, T]:
+    """`first()` on this thread and `second()` on `_SCAN` at once, the helper placed as the
+    query's embedding is (`placed`: the setting `cpu_placement`) and this thread off those CPUs
+    until both are done. Unplaced, the helper woke on this thread's CPU and waited there: no
+    faster than one thread (bench/README.md, stop 41)."""
+    moved = placement.leave(placed)
+    try:
+        other = _SCAN.submit(_placed, second, placed)
+        mine = first()
+        return mine, other.result()
+    finally:
+        if moved:
+            placement.rejoin()
+
+
+def _placed(work: Callable[[], T], placed: str) -> T:
+    placement.embedding(placed)
+    return work()
 
 
 def _dot(rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
@@ -316,7 +340,7 @@ def int4_ready(dim: int) -> bool:
     meant: the kernel exists, and its products with a packed random matrix are those of the
     matrix `dequantize4` reads back (the packed layout is torch's on a CPU with AVX-512, not a
     public format: a torch that packs otherwise fails here, and the live index makes an int8
-    copy instead, `LiveIndex.settle_first_pass`). Asked by a query, as `int8_ready`."""
+    copy instead, `LiveIndex.settle_first_pass`). Asked by the index's build and by a query."""
     torch = torch_or_none()
     if torch is None or dim % INT4_GROUP or not hasattr(torch, "_weight_int4pack_mm_for_cpu"):
         return False
@@ -394,16 +418,8 @@ def _int8_compiled(copies: list[tuple[np.ndarray, np.ndarray]], query: np.ndarra
     if total < SPLIT_ROWS:
         return outs if _int8_spans(spans, query) else None
     mine, theirs = _cut(spans, total // 2)
-    # Unplaced, the helper woke on this thread's CPU and waited there: no faster than one thread.
-    moved = placement.leave(placed)
-    try:
-        other = _SCAN.submit(_placed_spans, theirs, query, placed)
-        done = _int8_spans(mine, query)
-        done = other.result() and done
-    finally:
-        if moved:
-            placement.rejoin()
-    return outs if done else None
+    done = in_halves(lambda: _int8_spans(mine, query), lambda: _int8_spans(theirs, query), placed)
+    return outs if all(done) else None
 
 
 def _cut(spans: list[Span], at: int) -> tuple[list[Span], list[Span]]:
@@ -418,11 +434,6 @@ def _cut(spans: list[Span], at: int) -> tuple[list[Span], list[Span]]:
             rest.append((rows, bits, lo + take, hi, out))
         at -= take
     return first, rest
-
-
-def _placed_spans(spans: list[Span], query: np.ndarray, placed: str) -> bool:
-    placement.embedding(placed)
-    return _int8_spans(spans, query)
 
 
 def _int8_spans(spans: list[Span], query: np.ndarray) -> bool:
