@@ -13,8 +13,9 @@ So, with the setting `cpu_placement` "auto":
 - the pool's threads keep to the upper half of the process's CPUs (`embedding`);
 - the thread that hands the pool a text first leaves those CPUs (`leave`) and takes its own
   back once it has the vector or its request ends (`rejoin`): the wake-up goes to an idle CPU;
-- so does the first pass's second thread at campaign size (ranking/vectors.py, `coarse_dots`),
-  which reads half the rows on the CPU the embedding has just left idle.
+- so does a scan's second thread at campaign size (ranking/vectors.py, `in_halves`: the first
+  pass and the exact pass over every row), which reads half the rows on the CPU the embedding
+  has just left idle.
 
 Nothing is placed with one CPU, where threads cannot be placed (macOS, Windows), where the CPUs
 are not all of one kind (a phone's big and little cores, a laptop's performance and efficiency
