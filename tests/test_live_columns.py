@@ -6,6 +6,7 @@ import json
 import random
 
 import numpy as np
+import pytest
 
 from server_plugin.retrieval import columns, live_index
 from server_plugin.retrieval import ranking as R
@@ -25,6 +26,25 @@ def test_sw6_postings_loaded_at_once_equal_postings_added_row_by_row():
     bulk.add(4, {"salt": 5.0, "well": 1.0})  # a row written after the load joins its terms
     assert bulk.get("salt")[0].tolist() == [0, 2, 3, 4] and bulk.get("salt")[1].tolist() == [2, 1, 1, 5]
     assert bulk.get("well")[0].tolist() == [4] and bulk.get("nothing") is None
+
+
+def test_sw6_the_loader_keeps_each_rows_terms_and_length_in_batches():
+    """The bulk loader (live_bulk.py) numbers terms batch by batch; each row's terms come back in
+    its own order (rows without terms among them, the last one too) and its length is the sum of
+    its counts, as `append` computes them."""
+    rows = [{"salt": 2.0, "road": 1.5}, {}, {"tower": 3.0, "salt": 1.0},
+            {"road": 0.1, "well": 0.2, "salt": 0.7}, {}]
+    loader, postings = columns.PostingsLoader(), columns.Postings()
+    lengths = [loader.add(0, rows[:2]).tolist(), loader.add(2, rows[2:]).tolist()]
+    assert lengths == [[3.5, 0.0], [4.0, sum(rows[3].values()), 0.0]]
+    terms = loader.into(postings)
+    assert len(terms) == 5 and list(terms) == [tuple(c) for c in rows] and terms == [tuple(c) for c in rows]
+    assert postings.get("salt")[0].tolist() == [0, 2, 3] and postings.get("well")[1].tolist() == [np.float32(0.2)]
+    terms.append(("harbour",))  # a row appended after the load
+    assert terms[5] == ("harbour",) and terms[3] == ("road", "well", "salt") and len(terms) == 6
+    with pytest.raises(IndexError):
+        terms[6]
+    assert list(columns.PostingsLoader().into(columns.Postings())) == []
 
 
 def test_sw6_the_arrays_kept_for_queried_terms_are_bounded_by_bytes(monkeypatch):
@@ -91,3 +111,18 @@ def test_sw9b_kept_candidate_masks_follow_appended_and_killed_rows():
     assert not live.candidates("bren", (), None, None)[secret]
     live.kill(int(live.a["doc_id"][secret]))
     assert not live.candidates("ayla", (), None, None)[secret]
+
+
+def test_sw6_window_norms_of_a_full_index_equal_rankings():
+    """rule SW6: a row's missing neighbour adds nothing to its window norm, also in a full index,
+    where the missing neighbour's -1 reads the last real row (a campaign's build fills it exactly)."""
+    rng = np.random.default_rng(3)
+    live = live_index.LiveIndex((1.0, 0.6), capacity=7, dim=4)
+    for i in range(7):
+        row = {**_row(i + 1, "message", "c1", None, None), "session_key": f"s{i // 4}", "position": float(i)}
+        live.append(row, rng.standard_normal(4).astype(np.float32), [], link=False)
+    live.link_all()
+    assert live.n == live.cap and live.nbr[3, 1] == -1  # the first session's last row: no next
+    for radius, name in ((1, "win1"), (2, "win2")):
+        want = R.window_norms(live.vectors[:live.n], live.nbr[:live.n], radius, (1.0, 0.6))
+        assert np.allclose(live.a[name][:live.n], want, rtol=1e-6), name

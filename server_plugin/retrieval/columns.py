@@ -13,7 +13,7 @@ from __future__ import annotations
 from array import array
 from collections import OrderedDict
 from datetime import date, datetime
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Iterator
 
 import numpy as np
 
@@ -133,25 +133,74 @@ class PostingsLoader:
     def __init__(self) -> None:
         self.ids: dict[str, int] = {}
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.rows = 0  # rows 0 … rows - 1 added
 
-    def add(self, first: int, counts: list[dict[str, float]]) -> None:
-        """The term counts of rows first, first + 1, …"""
+    def add(self, first: int, counts: list[dict[str, float]]) -> np.ndarray:
+        """The term counts of rows first, first + 1, …; returns each row's length (its counts'
+        sum, added in order as `sum` does)."""
         flat: list[str] = []
         tfs: list[float] = []
         for c in counts:
             flat.extend(c)
             tfs.extend(c.values())
         ids = self.ids
-        tid = np.fromiter((ids.setdefault(t, len(ids)) for t in flat), np.int64, len(flat))
-        rows = np.repeat(np.arange(first, first + len(counts), dtype=np.int32), [len(c) for c in counts])
-        self.parts.append((tid, rows, np.asarray(tfs, dtype=np.float32)))
+        # New terms numbered in the order they first come, then every term looked up in C: a
+        # campaign of 100,000 messages has two million postings, and a Python step each cost ~1 s.
+        new = [t for t in dict.fromkeys(flat) if t not in ids]
+        ids.update(zip(new, range(len(ids), len(ids) + len(new))))
+        tid = np.fromiter(map(ids.__getitem__, flat), np.int64, len(flat))
+        local = np.repeat(np.arange(len(counts)), np.fromiter(map(len, counts), np.int64, len(counts)))
+        weights = np.asarray(tfs, dtype=np.float64)
+        self.parts.append((tid, (local + first).astype(np.int32), weights.astype(np.float32)))
+        self.rows = max(self.rows, first + len(counts))
+        return np.bincount(local, weights=weights, minlength=len(counts))
 
-    def into(self, postings: Postings) -> None:
-        """Load every batch added into the empty `postings`."""
-        if self.parts:
-            tid, rows, tfs = (np.concatenate(p) for p in zip(*self.parts))
-            postings.load_flat(list(self.ids), tid, rows, tfs)
+    def into(self, postings: Postings) -> RowTerms:
+        """Load every batch added into the empty `postings`; returns the rows' terms."""
+        if not self.parts:
+            return RowTerms()
+        tid, rows, tfs = (np.concatenate(p) for p in zip(*self.parts))
+        names = list(self.ids)
+        postings.load_flat(names, tid, rows, tfs)
         self.parts = []
+        return RowTerms(names, tid.astype(np.int32), np.searchsorted(rows, np.arange(self.rows + 1)))
+
+
+class RowTerms:
+    """Each row's terms, in the order its counts hold them (what a changed row drops from the
+    spread cache). A fresh index's rows are term numbers into the loaded names (4 bytes a term,
+    against a tuple of interned words: ~20 MB at 100,000 messages, and ~0.4 s of the build);
+    rows appended after are tuples."""
+
+    def __init__(self, names: list[str] | None = None, tid: np.ndarray | None = None,
+                 starts: np.ndarray | None = None) -> None:
+        self.names = names or []
+        self.tid = np.zeros(0, np.int32) if tid is None else tid
+        # row i's terms: tid[starts[i]:starts[i + 1]]
+        self.starts = np.zeros(1, np.int64) if starts is None else starts
+        self.loaded = len(self.starts) - 1
+        self.tail: list[tuple[str, ...]] = []
+
+    def append(self, terms: tuple[str, ...]) -> None:
+        """The next row's terms."""
+        self.tail.append(terms)
+
+    def __len__(self) -> int:
+        return self.loaded + len(self.tail)
+
+    def __getitem__(self, row: int) -> tuple[str, ...]:
+        if not 0 <= row < len(self):
+            raise IndexError(row)
+        if row >= self.loaded:
+            return self.tail[row - self.loaded]
+        names = self.names
+        return tuple(names[t] for t in self.tid[self.starts[row]:self.starts[row + 1]].tolist())
+
+    def __iter__(self) -> Iterator[tuple[str, ...]]:
+        return (self[row] for row in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, (RowTerms, list)) else NotImplemented
 
 
 class Masks:

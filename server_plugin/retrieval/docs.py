@@ -385,11 +385,11 @@ def all_rows(conn: Connection, columns: str) -> list[Any]:
 
 def rows_in_batches(conn: Connection, columns: str, size: int) -> tuple[int, Iterator[list[Any]]]:
     """How many rows there are, and these columns of every row by doc id, `size` at a time."""
-    def batches(after: Any = None) -> Iterator[list[Any]]:
-        while batch := conn.execute(f"SELECT {columns} FROM docs WHERE ? IS NULL OR id > ? ORDER BY id"
-                                    " LIMIT ?", (after, after, size)).fetchall():
+    def batches() -> Iterator[list[Any]]:  # from a rowid: with an OR, SQLite read from row 1 each time
+        after, sql = (), f"SELECT {columns} FROM docs ORDER BY id LIMIT ?"
+        while batch := conn.execute(sql, (*after, size)).fetchall():
             yield batch
-            after = batch[-1]["id"]
+            after, sql = (batch[-1]["id"],), f"SELECT {columns} FROM docs WHERE id > ? ORDER BY id LIMIT ?"
     return conn.execute("SELECT count(*) FROM docs").fetchone()[0], batches()
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -42,7 +41,7 @@ def load(live: LiveIndex, batches: Iterable[Sequence[Any]], has_vector: set[int]
     made after (`link_all`)."""
     if live.n:
         raise ValueError("load fills an empty index")
-    terms = PostingsLoader()
+    terms, known = PostingsLoader(), _known_codes(live)
     wanted: list[tuple[int, int]] = []  # (passage rowid, row) in the order append would keep them
     ids: list[int] = []
     for batch in batches:
@@ -52,20 +51,35 @@ def load(live: LiveIndex, batches: Iterable[Sequence[Any]], has_vector: set[int]
                 kept.append(r)
             else:  # cannot happen (same transaction); never rank a row without one
                 log.error("search: doc %s has no vector; skipped", r["id"])
-        _fields(live, kept, day, terms)
+        _fields(live, kept, day, terms, known)
         for i, r in zip(range(live.n - len(kept), live.n), kept):
             base = int(r["id"]) * index.MAX_PASSAGES
             wanted += [(base + j, i) for j in range(r["passages"])]
         ids += [int(r["id"]) for r in kept]
-    terms.into(live.postings)
+    live.row_terms = terms.into(live.postings)
     live.row_of.update(zip(ids, range(len(ids))))
     _vectors(live, ids, vectors())
     _passages(live, wanted, passages() if wanted else {})
     _groups(live, np.asarray(ids, dtype=np.int64))
 
 
-def _fields(live: LiveIndex, kept: list[Any], day: Callable[[str | None], float], terms: PostingsLoader) -> None:
-    """One batch's per-row columns, term counts and words."""
+def _known_codes(live: LiveIndex) -> Callable[[str | None], int]:
+    """A row's known_by (as stored) -> its code among the index's sets: most rows of a campaign
+    share a few, so each distinct text is decoded once."""
+    seen: dict[str | None, int] = {}
+
+    def code(raw: str | None) -> int:
+        found = seen.get(raw)
+        if found is None:
+            known = loads(raw)
+            found = seen[raw] = live.known_sets(None if known is None else frozenset(known))
+        return found
+    return code
+
+
+def _fields(live: LiveIndex, kept: list[Any], day: Callable[[str | None], float], terms: PostingsLoader,
+            known: Callable[[str | None], int]) -> None:
+    """One batch's per-row columns and term counts."""
     lo, n = live.n, len(kept)
     live._reserve(n, 0)
     a, at = live.a, slice(lo, lo + n)
@@ -74,16 +88,14 @@ def _fields(live: LiveIndex, kept: list[Any], day: Callable[[str | None], float]
     a["kind"][at] = [live.kinds(r["kind"]) for r in kept]
     a["chat"][at] = [live.chats(r["chat_id"]) for r in kept]
     a["owner"][at] = [live.owners(r["character_id"]) for r in kept]
-    a["known"][at] = [live.known_sets(None if (k := loads(r["known_by"])) is None else frozenset(k)) for r in kept]
+    a["known"][at] = [known(r["known_by"]) for r in kept]
     a["gid"][at] = [live.sessions(r["session_key"]) for r in kept]
     a["pos"][at] = [np.nan if r["position"] is None else float(r["position"]) for r in kept]
     a["day"][at] = [live.days(day(r["created_at"])) for r in kept]
     a["content_len"][at] = [float(r["content_len"]) for r in kept]
     a["cues"][at] = [float(r["cues"]) for r in kept]
-    counts = [json.loads(r["terms"]) for r in kept]
-    a["doc_len"][at] = [float(sum(c.values())) for c in counts]
-    terms.add(lo, counts)
-    live.row_terms.extend(tuple(map(sys.intern, c)) for c in counts)  # one copy of each word
+    # The batch's term counts decoded in one call (each row's is a JSON object).
+    a["doc_len"][at] = terms.add(lo, json.loads("[" + ",".join([r["terms"] for r in kept]) + "]"))
     live.stale_cast = live.stale_cast or any(r["cast_version"] != live.cast_version for r in kept)
     live.n = lo + n
 
