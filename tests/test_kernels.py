@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from server_plugin.retrieval import ranking as R
-from server_plugin.retrieval.ranking import kernels, lexical
+from server_plugin.retrieval.ranking import bfloat16, kernels, lexical
 from server_plugin.retrieval.ranking import vectors as V
 from server_plugin.retrieval.ranking.windows import group_best, runs_of
 from server_plugin.retrieval.search import params_of
@@ -54,6 +54,22 @@ def test_sw6_the_compiled_int8_scan_reads_every_row_of_both_copies_once_in_two_h
         monkeypatch.setattr(kernels, "compiled", lambda: None)
         assert all(np.array_equal(a, b) for a, b in zip(V.coarse_dots(copies, query, compiled=True), torchs))
         monkeypatch.undo()
+
+
+def test_sw6_the_bfloat16_table_holds_each_patterns_value_and_rounds_back():
+    """The one table the compiled int8 scan reads a row's scale from (bfloat16.py): each of the
+    65,536 patterns' float32 value, the same array every time, read-only; rounding a value back
+    gives its pattern (every finite one), and rounding halfway goes to the even pattern."""
+    table = bfloat16.table()
+    assert table is bfloat16.table() and not table.flags.writeable and table.dtype == np.float32
+    every = np.arange(1 << 16, dtype=np.uint16)
+    assert np.array_equal(table.view(np.uint32), bfloat16.value(every).view(np.uint32))
+    assert table[0x3F80] == 1.0 and table[0xC000] == -2.0 and np.isinf(table[0x7F80])
+    finite = np.isfinite(table)
+    assert np.array_equal(bfloat16.bits(table[finite]), every[finite])
+    halfway = np.array([0x3F808000, 0x3F818000], dtype=np.uint32).view(np.float32)  # 1 + 2^-8, 1 + 3·2^-8
+    assert bfloat16.bits(halfway).tolist() == [0x3F80, 0x3F82]
+    assert bfloat16.bits(halfway, up=True).tolist() == [0x3F81, 0x3F82]
 
 
 @pytest.mark.parametrize("kind", KINDS)

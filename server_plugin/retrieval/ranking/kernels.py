@@ -33,13 +33,13 @@ the same answers, slower.
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
 from ... import priority
+from . import bfloat16 as bf16
 
 if TYPE_CHECKING:  # pragma: no cover
     from .score import Corpus, RankingParams
@@ -262,7 +262,7 @@ def _warm(made: Mapping[str, Callable[..., Any]]) -> None:
     made["_with_session"](fused, gids, best, mask, 0.1, np.zeros(n, f64))
     made["_best_outside"](fused, gids, mask, mask, best)
     made["_at_least"](fused, 0.0, np.zeros(n, i64))
-    made["_int8_rows"](np.ones((n, 16), np.int8), np.zeros(n, np.uint16), bfloat16_table(), np.ones(16, f32),
+    made["_int8_rows"](np.ones((n, 16), np.int8), np.zeros(n, np.uint16), bf16.table(), np.ones(16, f32),
                        0, n, np.zeros(n, f32))
     made["_spreads"](np.zeros(1, i64), np.ones(1, f64), np.array([0, 1]), nbr, np.ones(4, f64),
                      np.zeros(n, f64), np.zeros(5, i64), np.zeros(5, i64), np.zeros(5, f64), np.zeros(2, i64))
@@ -385,14 +385,8 @@ def int8_rows(rows: np.ndarray, bits: np.ndarray, vector: np.ndarray, lo: int, h
     loops = compiled()
     if loops is None:
         return False
-    loops["_int8_rows"](rows, bits.view(np.uint16), bfloat16_table(), vector, lo, hi, out)
+    loops["_int8_rows"](rows, bits.view(np.uint16), bf16.table(), vector, lo, hi, out)
     return True
-
-
-@functools.lru_cache(maxsize=1)
-def bfloat16_table() -> np.ndarray:
-    """The float32 value of every bfloat16 bit pattern (256 KB): a row's scale is one lookup."""
-    return (np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)).view(np.float32)
 
 
 SAMPLE = 2048  # scores whose order sets `k_best`'s threshold

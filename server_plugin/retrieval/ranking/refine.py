@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from . import kernels
+from . import bfloat16 as bf16, kernels
 from .fusion import weighted_sum
 from .lexical import remembered
-from .vectors import INT4_GROUP, Int4View, bfloat16_value, dot, k_best
+from .vectors import INT4_GROUP, Int4View, dot, k_best
 from .windows import group_best, group_max, window_sums
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -133,7 +133,7 @@ def _noise_terms(corpus: "Corpus", view: Int4View, params: "RankingParams",
     bits = view.scale_zero[:, :, 0]  # (groups, rows)
 
     def squares(at: np.ndarray) -> np.ndarray:  # (len(at), groups); 0 where at is -1 (no row)
-        scale = bfloat16_value(bits[:, at].T)
+        scale = bf16.value(bits[:, at].T)
         return np.where(at[:, None] >= 0, scale * scale, np.float32(0)).astype(np.float64)
 
     own = squares(rows)

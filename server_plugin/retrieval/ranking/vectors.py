@@ -30,7 +30,7 @@ from typing import Callable, TypeVar
 import numpy as np
 
 from ... import placement
-from . import kernels
+from . import bfloat16 as bf16, kernels
 
 T = TypeVar("T")
 
@@ -185,23 +185,9 @@ def quantize(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows as int8 (the largest component of a row → ±127) and each row's scale, rounded to
     bfloat16 (returned as its 16 bits)."""
     r = np.asarray(rows, dtype=np.float32)
-    top = bfloat16_bits(np.maximum(np.abs(r).max(axis=1), 1e-30) / np.float32(127))
-    q = np.clip(np.rint(r / bfloat16_value(top)[:, None]), -127, 127).astype(np.int8)
+    top = bf16.bits(np.maximum(np.abs(r).max(axis=1), 1e-30) / np.float32(127))
+    q = np.clip(np.rint(r / bf16.value(top)[:, None]), -127, 127).astype(np.int8)
     return q, top.view(np.int16)
-
-
-def bfloat16_bits(values: np.ndarray, up: bool = False) -> np.ndarray:
-    """float32 `values` rounded to bfloat16, as its 16 bits (uint16): to nearest even, what
-    torch's conversion does, or (`up`, for positive values) to the next one up."""
-    bits = np.asarray(values, dtype=np.float32).view(np.uint32)
-    if up:
-        return ((bits + np.uint32(0xFFFF)) >> np.uint32(16)).astype(np.uint16)
-    return ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
-
-
-def bfloat16_value(bits: np.ndarray) -> np.ndarray:
-    """The float32 value of bfloat16 `bits` (uint16 or int16)."""
-    return (np.asarray(bits).astype(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
 INT8_DIM_STEP = 16  # torch's int8 kernel takes vectors of a multiple of this many components
@@ -311,10 +297,10 @@ def quantize4(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     n, dim = r.shape
     groups = r.reshape(n, dim // INT4_GROUP, INT4_GROUP)
     least = groups.min(axis=2)
-    scale_bits = bfloat16_bits(np.maximum((groups.max(axis=2) - least) / 15, 1e-30), up=True)
-    scale = bfloat16_value(scale_bits)
-    zero_bits = bfloat16_bits(least + 8 * scale)
-    steps = np.rint((groups - bfloat16_value(zero_bits)[..., None]) / scale[..., None]) + 8
+    scale_bits = bf16.bits(np.maximum((groups.max(axis=2) - least) / 15, 1e-30), up=True)
+    scale = bf16.value(scale_bits)
+    zero_bits = bf16.bits(least + 8 * scale)
+    steps = np.rint((groups - bf16.value(zero_bits)[..., None]) / scale[..., None]) + 8
     q = np.clip(steps, 0, 15).astype(np.uint8).reshape(n, dim)
     # torch's layout (int4_ready checks it): in each block of 64 rows, byte (k, r) holds
     # component k of row r in its low 4 bits and of row r + 32 in its high 4 bits, r < 32.
@@ -328,8 +314,8 @@ def dequantize4(view: Int4View) -> np.ndarray:
     n, half = view.packed.shape
     blocks = view.packed.reshape(n // INT4_BLOCK, half * 2, INT4_BLOCK // 2).transpose(0, 2, 1)
     q = np.concatenate([blocks & 15, blocks >> 4], axis=1).reshape(n, half * 2).astype(np.float32)
-    scale = bfloat16_value(view.scale_zero[..., 0]).T  # (rows, groups)
-    zero = bfloat16_value(view.scale_zero[..., 1]).T
+    scale = bf16.value(view.scale_zero[..., 0]).T  # (rows, groups)
+    zero = bf16.value(view.scale_zero[..., 1]).T
     groups = q.reshape(n, -1, INT4_GROUP)
     return ((groups - 8) * scale[..., None] + zero[..., None]).reshape(n, -1)[: view.n]
 
