@@ -8,9 +8,10 @@ import random
 import numpy as np
 import pytest
 
-from server_plugin.retrieval import columns, live_index
+from server_plugin.retrieval import columns, docs, live_bulk, live_index
 from server_plugin.retrieval import ranking as R
 from server_plugin.retrieval.ranking import lexical
+from server_plugin.store.db import sqlite3
 
 COUNTS = [{"salt": 2.0, "road": 1.0}, {"road": 1.0}, {"tower": 3.0, "salt": 1.0}, {"salt": 1.0}]
 
@@ -126,3 +127,21 @@ def test_sw6_window_norms_of_a_full_index_equal_rankings():
     for radius, name in ((1, "win1"), (2, "win2")):
         want = R.window_norms(live.vectors[:live.n], live.nbr[:live.n], radius, (1.0, 0.6))
         assert np.allclose(live.a[name][:live.n], want, rtol=1e-6), name
+
+
+def test_sw6_a_batch_read_as_columns_leaves_out_rows_without_a_vector(caplog):
+    """rule SW6: the bulk load reads a batch of rows as columns (live_bulk._columns); a row with
+    no vector (it cannot happen in one transaction) is left out and logged, never ranked; each
+    row's passages are numbered as docs numbers their rowids."""
+    conn = sqlite3.connect(":memory:")
+    conn.row_factory = sqlite3.Row
+    rows = conn.execute("SELECT 1 AS id, 'a' AS kind UNION ALL SELECT 2, 'b' UNION ALL SELECT 3, 'c'")
+    rows = rows.fetchall()
+    assert live_bulk._columns(rows, None) == {"id": (1, 2, 3), "kind": ("a", "b", "c")}
+    assert live_bulk._columns(rows, {1, 3}) == {"id": [1, 3], "kind": ["a", "c"]}
+    assert "doc 2 has no vector" in caplog.text
+    assert live_bulk._columns(rows, set()) is None and live_bulk._columns([], None) is None
+    most = docs.MAX_PASSAGES
+    pairs = live_bulk._passage_pairs(np.array([7, 9, 4]), np.array([2, 0, 3]), 10)
+    assert pairs.tolist() == [[7 * most, 10], [7 * most + 1, 10], [4 * most, 12], [4 * most + 1, 12],
+                              [4 * most + 2, 12]]
