@@ -57,7 +57,7 @@ def test_sw6_the_compiled_int8_scan_reads_every_row_of_both_copies_once_in_two_h
 
 
 def test_sw6_the_bfloat16_table_holds_each_patterns_value_and_rounds_back():
-    """The one table the compiled int8 scan reads a row's scale from (bfloat16.py): each of the
+    """rule SW6: the one table the compiled int8 scan reads a row's scale from (bfloat16.py): each of the
     65,536 patterns' float32 value, the same array every time, read-only; rounding a value back
     gives its pattern (every finite one), and rounding halfway goes to the even pattern."""
     table = bfloat16.table()

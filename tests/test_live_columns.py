@@ -30,7 +30,7 @@ def test_sw6_postings_loaded_at_once_equal_postings_added_row_by_row():
 
 
 def test_sw6_the_loader_keeps_each_rows_terms_and_length_in_batches():
-    """The bulk loader (live_bulk.py) numbers terms batch by batch; each row's terms come back in
+    """rule SW6: the bulk loader (live_bulk.py) numbers terms batch by batch; each row's terms come back in
     its own order (rows without terms among them, the last one too) and its length is the sum of
     its counts, as `append` computes them."""
     rows = [{"salt": 2.0, "road": 1.5}, {}, {"tower": 3.0, "salt": 1.0},
@@ -40,7 +40,8 @@ def test_sw6_the_loader_keeps_each_rows_terms_and_length_in_batches():
     assert lengths == [[3.5, 0.0], [4.0, sum(rows[3].values()), 0.0]]
     terms = loader.into(postings)
     assert len(terms) == 5 and list(terms) == [tuple(c) for c in rows] and terms == [tuple(c) for c in rows]
-    assert postings.get("salt")[0].tolist() == [0, 2, 3] and postings.get("well")[1].tolist() == [np.float32(0.2)]
+    assert postings.get("salt")[0].tolist() == [0, 2, 3]
+    assert postings.get("well")[1].tolist() == [np.float32(0.2)]
     terms.append(("harbour",))  # a row appended after the load
     assert terms[5] == ("harbour",) and terms[3] == ("road", "well", "salt") and len(terms) == 6
     with pytest.raises(IndexError):

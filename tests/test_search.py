@@ -385,7 +385,8 @@ def test_sw6_a_fresh_index_loaded_in_bulk_equals_one_appended_row_by_row(quiet, 
     assert np.array_equal(bulk.powner[:bulk.pn], one.powner[:one.pn])
     assert np.array_equal(bulk.nbr[:bulk.n], one.nbr[:one.n])
     for radius, name in ((1, "win1"), (2, "win2")):  # the window norms, as ranking computes them
-        want = ranking.window_norms(bulk.vectors[:bulk.n].astype(np.float32), bulk.nbr[:bulk.n], radius, (1.0, 0.6))
+        exact = bulk.vectors[:bulk.n].astype(np.float32)
+        want = ranking.window_norms(exact, bulk.nbr[:bulk.n], radius, (1.0, 0.6))
         assert np.allclose(bulk.a[name][:bulk.n], want, rtol=1e-6), name
     assert bulk.postings.terms() == one.postings.terms() and bulk.postings.terms()
     for term in one.postings.terms():

@@ -169,7 +169,7 @@ class PostingsLoader:
 class RowTerms:
     """Each row's terms, in the order its counts hold them (what a changed row drops from the
     spread cache). A fresh index's rows are term numbers into the loaded names (4 bytes a term,
-    against a tuple of interned words: ~20 MB at 100,000 messages, and ~0.4 s of the build);
+    against a tuple of interned words: tens of MB at 100,000 messages, and ~0.4 s of the build);
     rows appended after are tuples."""
 
     def __init__(self, names: list[str] | None = None, tid: np.ndarray | None = None,
