@@ -199,9 +199,6 @@ class RowTerms:
     def __iter__(self) -> Iterator[tuple[str, ...]]:
         return (self[row] for row in range(len(self)))
 
-    def __eq__(self, other: object) -> bool:
-        return list(self) == list(other) if isinstance(other, (RowTerms, list)) else NotImplemented
-
 
 class Masks:
     """The candidate masks of recent searches, by (viewer, scopes, chats, kinds), kept current.

@@ -53,9 +53,10 @@ def load(live: LiveIndex, batches: Iterable[Sequence[Any]], has_vector: set[int]
         ids.append(np.asarray(cols["id"], dtype=np.int64))
         pairs.append(_passage_pairs(ids[-1], np.asarray(cols["passages"], dtype=np.int64), lo))
     every = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+    listed = every.tolist()
     live.row_terms = terms.into(live.postings)
-    live.row_of.update(zip(every.tolist(), range(len(every))))
-    _vectors(live, every.tolist(), vectors())
+    live.row_of.update(zip(listed, range(len(listed))))
+    _vectors(live, listed, vectors())
     wanted = np.concatenate(pairs) if pairs else np.zeros((0, 2), dtype=np.int64)
     _passages(live, wanted, passages() if len(wanted) else {})
     _groups(live, every)
@@ -93,7 +94,7 @@ def _fields(live: LiveIndex, cols: Mapping[str, Sequence[Any]], day: Callable[[s
     a["kind"][at] = _coded(live.kinds, cols["kind"])
     a["chat"][at] = _coded(live.chats, cols["chat_id"])
     a["owner"][at] = _coded(live.owners, cols["character_id"])
-    a["known"][at] = _coded(lambda raw: live.known_sets(_known(raw)), cols["known_by"])
+    a["known"][at] = _coded(lambda raw: live.known_sets(known_set(raw)), cols["known_by"])
     a["gid"][at] = _coded(live.sessions, cols["session_key"])
     a["pos"][at] = np.array(cols["position"], dtype=np.float64)  # None: NaN
     a["day"][at] = _coded(live.days, [day(t) for t in cols["created_at"]])
@@ -105,8 +106,8 @@ def _fields(live: LiveIndex, cols: Mapping[str, Sequence[Any]], day: Callable[[s
     live.n = lo + n
 
 
-def _known(raw: str | None) -> frozenset[str] | None:
-    """Who may know a row, from its stored known_by (None: anyone)."""
+def known_set(raw: str | None) -> frozenset[str] | None:
+    """Who may know a row, from its stored known_by (None: anyone): the key of its code."""
     known = loads(raw)
     return None if known is None else frozenset(known)
 

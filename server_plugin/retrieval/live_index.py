@@ -27,7 +27,7 @@ import numpy as np
 from .. import priority
 from ..errors import ServiceUnavailable
 from ..services import Services
-from ..store.db import Database, loads
+from ..store.db import Database
 from . import docs as index
 from . import live_bulk, vec_chunks
 from .columns import Codes, DayCodes, Masks, Postings, RowTerms, day_of
@@ -118,13 +118,12 @@ class LiveIndex:
         self._reserve(1, len(passages))
         i, a = self.n, self.a
         self.n += 1
-        known = loads(row["known_by"])
         a["doc_id"][i] = row["id"]
         a["alive"][i] = True
         a["kind"][i] = self.kinds(row["kind"])
         a["chat"][i] = self.chats(row["chat_id"])
         a["owner"][i] = self.owners(row["character_id"])
-        a["known"][i] = self.known_sets(None if known is None else frozenset(known))
+        a["known"][i] = self.known_sets(live_bulk.known_set(row["known_by"]))
         a["gid"][i] = self.sessions(row["session_key"])
         a["pos"][i] = np.nan if row["position"] is None else float(row["position"])
         a["day"][i] = self.days(day_of(row["created_at"]))
