@@ -1,13 +1,15 @@
-"""What a search's query in bfloat16 changes in the answers (docs/search.md section 6).
+"""What a search's query in bfloat16, or with int8 products, changes in the answers
+(docs/search.md section 6).
 
     python bench/query_precision.py                          # LoCoMo's local conversations
+    python bench/query_precision.py --precision int8
     python bench/query_precision.py --store /work/bench_cache/campaign@100000 --n 100
 
 Without `--store`: the ranking core on LoCoMo (bench/locomo_proto.py's corpus and cached stored
-vectors), every question ranked with its query embedded in float32 and in bfloat16: recall@k,
+vectors), every question ranked with its query embedded in float32 and in `--precision`: recall@k,
 MRR and how many top-10 lists keep their order. With `--store` (a copy of a campaign_scale
 snapshot, searched in process as a person and as one character): the share of the top 10 kept
-and of the lists in the same order, for the bfloat16 query and, to compare, for the float16
+and of the lists in the same order, for that query and, to compare, for the float16
 index the sidecar keeps against a float32 one (the same float32 query).
 """
 
@@ -32,11 +34,12 @@ import torch  # noqa: E402
 from server_plugin.retrieval import bert, embeddings  # noqa: E402
 
 
-def encoder_with_half() -> bert.Encoder:
-    """The packaged MiniLM with its bfloat16 layers made whatever this CPU's speed."""
+def encoder_with_half(precision: str = "bfloat16") -> bert.Encoder:
+    """The packaged MiniLM with its query layers in `precision` (bfloat16 or int8) made whatever
+    this CPU's speed."""
     path = embeddings.packaged_model_path()
     enc = bert.Encoder(path, bert.layout(path))
-    enc.use_half()
+    enc.use_int8() if precision == "int8" else enc.use_half()
     return enc
 
 
@@ -81,10 +84,10 @@ def on_locomo(enc: bert.Encoder) -> None:
             vectors = [enc.encode([t], query=query)[0] for t in texts]
             runs.append(LP.Prepared(p.conv, p.cast, p.corpus,
                                     [R.with_vector(q, v) for q, v in zip(p.queries, vectors)]))
-        name = "bfloat16" if query else "float32"
+        name = enc.query_precision if query else "float32"
         print(LP.fmt_table(f"queries in {name}", LP.evaluate(runs, params)))
         ranked[query] = top10(runs, params)
-    agreement("bfloat16 query", ranked[True], ranked[False], "float32")
+    agreement(f"{enc.query_precision} query", ranked[True], ranked[False], "float32")
 
 
 def open_snapshot(store: str):
@@ -135,10 +138,10 @@ def on_store(enc: bert.Encoder, store: str, n: int) -> None:
 
         def vectors(text: str) -> dict[str, np.ndarray]:
             full_q, half_q = enc.encode([text])[0], enc.encode([text], query=True)[0]
-            return {"float32 index": full_q, "shipped": full_q, "bfloat16 query": half_q}
+            return {"float32 index": full_q, "shipped": full_q, "query": half_q}
         top = searches(svc, state, n, {"float32 index": full_index, "shipped": half_index,
-                                       "bfloat16 query": half_index}, vectors)
-        agreement("bfloat16 query", top["bfloat16 query"], top["shipped"],
+                                       "query": half_index}, vectors)
+        agreement(f"{enc.query_precision} query", top["query"], top["shipped"],
                   "the float16 index with a float32 query")
         agreement("float16 index", top["shipped"], top["float32 index"], "a float32 index")
     finally:
@@ -150,9 +153,11 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--store", help="a campaign_scale snapshot's folder (copied, never written)")
     parser.add_argument("--n", type=int, default=100, help="questions per viewer at the store")
+    parser.add_argument("--precision", choices=("bfloat16", "int8"), default="bfloat16",
+                        help="the query's precision compared with float32")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    enc = encoder_with_half()
+    enc = encoder_with_half(args.precision)
     if args.store:
         on_store(enc, args.store, args.n)
     else:

@@ -100,7 +100,8 @@ MODELS = [
        "more CPUs of one kind, on the upper half of them while the thread that waits for it keeps "
        "to the lower half, so that neither waits for a CPU the other holds; placement.py) or off "
        "(wherever the system puts them).", choices=("auto", "off")),
-    _s("embed_query_precision", str, "auto", "A search's query with the packaged MiniLM: auto (in bfloat16 where this CPU runs it clearly faster, "
+    _s("embed_query_precision", str, "auto", "A search's query with the packaged MiniLM: auto (in bfloat16, "
+       "or else with int8 products, where this CPU runs it clearly faster and close enough to float32, "
        "docs/search.md section 6) or float32 (always, as stored texts are embedded).", choices=("auto", "float32")),
     _s("embed_background_chunk", int, 8, "Texts a background job embeds at a time before a waiting request's query goes first.", 1),
     _s("background_yield_calls", bool, True, "While a request is answered, background work pauses at its calls into the sidecar's own code, holding no lock, until the request is answered (priority.py), so a backlog of jobs does not slow the turn."),

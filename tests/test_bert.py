@@ -144,41 +144,104 @@ def test_queries_in_bfloat16_stay_within_its_cosine_and_what_is_stored_stays_flo
     float32's exactly."""
     probes = ("hi", "What did she say about the lighthouse last summer?", "word " * 300)
     choice = encoder.choose_query_precision(probes)
-    assert choice == encoder.query_precision in ("bfloat16", "float32")
+    assert choice == encoder.query_precision in ("bfloat16", "int8", "float32")
     try:
         encoder.use_half()
         full, half = encoder.encode(TEXTS), encoder.encode(TEXTS, query=True)
         assert np.all(np.sum(full * half, axis=1) >= bert.HALF_COSINE) and not np.array_equal(full, half)
         assert np.array_equal(encoder.encode(TEXTS), full)  # the passage path never changes
     finally:
-        encoder._half = None
+        encoder._query_layers = None
+
+
+def test_queries_with_int8_products_stay_within_its_cosine_alone_and_in_batches(encoder):
+    """use_int8: the attention's and the feed-forward's first products in int8 (its second stays
+    float32), a query's vector within INT8_COSINE of float32's for every text (empty, cut at 256
+    tokens, other scripts), the same in a batch as alone (no padding in an input's scale); what
+    is stored keeps float32."""
+    full = encoder.encode(TEXTS)
+    try:
+        encoder.use_int8()
+        assert encoder.query_precision == "int8"
+        products = {k.split(".", 3)[3].removesuffix(".int8")
+                    for k in encoder._query_layers if k.endswith(".int8")}
+        assert products == set(bert._INT8_LAYERS)
+        near = encoder.encode(TEXTS, query=True)
+        assert np.all(np.sum(full * near, axis=1) >= bert.INT8_COSINE) and not np.array_equal(full, near)
+        assert np.array_equal(near, np.stack([encoder.encode([t], query=True)[0] for t in TEXTS]))
+        assert np.array_equal(encoder.encode(TEXTS), full)  # the passage path never changes
+    finally:
+        encoder._query_layers = None
+
+
+def test_int8_is_refused_when_it_is_not_faster_or_not_close_or_this_torch_has_no_engine(encoder, monkeypatch):
+    probes = ("hi", "What did she say about the lighthouse last summer?")
+    timed: list[bool] = []
+    monkeypatch.setattr(bert, "may_compute_bfloat16", lambda torch: False)  # int8's trial alone
+    monkeypatch.setattr(encoder, "_cost", lambda text, query, tries: timed.append(query) or 1.0)  # no faster
+    assert encoder.choose_query_precision(probes) == "float32" and encoder._query_layers is None and timed
+    monkeypatch.setattr(encoder, "_cost", lambda text, query, tries: 0.1 if query else 1.0)
+    monkeypatch.setattr(bert, "INT8_COSINE", 1.000001)  # never that close
+    assert encoder.choose_query_precision(probes) == "float32" and encoder._query_layers is None
+    monkeypatch.setattr(bert, "INT8_COSINE", 0.99)
+    assert encoder.choose_query_precision(probes) == "int8" == encoder.query_precision
+    timed.clear()
+    monkeypatch.setattr(encoder, "_cost", lambda text, query, tries: timed.append(query) or 0.1)
+    monkeypatch.setattr(bert, "may_compute_int8", lambda torch: False)  # no trial, no timing
+    assert encoder.choose_query_precision(probes) == "float32"
+    assert encoder._query_layers is None and timed == []
+    monkeypatch.setattr(bert, "may_compute_int8", lambda torch: True)
+    monkeypatch.setattr(encoder, "use_int8", lambda: (_ for _ in ()).throw(RuntimeError("no kernel")))
+    assert encoder.choose_query_precision(probes) == "float32" and encoder._query_layers is None
+    encoder._query_layers = None
+
+
+def test_int8_is_tried_where_torch_has_a_quantized_engine():
+    import torch
+
+    class NoEngine:
+        class backends:  # noqa: N801 - torch's attribute names
+            class quantized:  # noqa: N801
+                supported_engines = ["none"]
+
+        ops = torch.ops
+
+    assert bert.may_compute_int8(NoEngine) is False
+    x86 = any(e in torch.backends.quantized.supported_engines for e in ("x86", "fbgemm", "qnnpack"))
+    assert bert.may_compute_int8(torch) is x86
 
 
 def test_a_query_traced_once_gives_the_eager_vectors_to_the_bit(encoder, monkeypatch):
     """trace_query: one query's pass as a TorchScript graph, run with no Python between its
-    operations, in either precision, for a text of any length (empty, cut at 256 tokens, other
+    operations, in any precision, for a text of any length (empty, cut at 256 tokens, other
     scripts): the eager pass's vectors exactly. Batches and what is stored keep the eager pass;
     a change of precision drops the graph."""
     probes = ("hi", "What did she say about the lighthouse last summer?", "word " * 300)
     try:
-        for half in (False, True):
-            encoder._half = encoder._query_graph = None
-            if half:
-                encoder.use_half()
+        for use in (None, encoder.use_half, encoder.use_int8):
+            encoder._query_layers = encoder._query_graph = None
+            if use is not None:
+                use()
             eager = [encoder.encode([text], query=True) for text in TEXTS]
             assert encoder.trace_query(probes) and encoder._query_graph is not None
             with monkeypatch.context() as m:  # the graph alone answers: the eager pass would fail
                 m.setattr(encoder, "_forward", lambda *a: (_ for _ in ()).throw(AssertionError("eager")))
                 for text, vector in zip(TEXTS, eager):
                     assert np.array_equal(encoder.encode([text], query=True), vector), text
-                with pytest.raises(AssertionError, match="eager"):
-                    encoder.encode(TEXTS[:2], query=True)
+                if use == encoder.use_int8:  # a batch of int8 queries runs text by text, through it
+                    assert np.array_equal(encoder.encode(TEXTS[:2], query=True), np.concatenate(eager[:2]))
+                else:
+                    with pytest.raises(AssertionError, match="eager"):
+                        encoder.encode(TEXTS[:2], query=True)
                 with pytest.raises(AssertionError, match="eager"):
                     encoder.encode(TEXTS[:1])
         encoder.use_half()
         assert encoder._query_graph is None
+        assert encoder.trace_query(probes) and encoder._query_graph is not None
+        encoder.use_int8()
+        assert encoder._query_graph is None
     finally:
-        encoder._half = encoder._query_graph = None
+        encoder._query_layers = encoder._query_graph = None
 
 
 def test_a_query_pass_the_tracer_cannot_follow_or_gives_other_vectors_stays_eager(encoder, monkeypatch):
@@ -207,25 +270,26 @@ def test_the_packaged_embedder_traces_its_query_pass_once_ready(embedder):
     embedder._cache.clear()
     assert np.array_equal(embedder.embed_one(text, 60, kind="query"),
                           embedder._encoder._pooled(*embedder._encoder._ids([text]),
-                                                    embedder._encoder._half).numpy()[0])
+                                                    embedder._encoder._query_layers).numpy()[0])
 
 
 def test_bfloat16_is_refused_when_it_is_not_faster_or_not_close(encoder, monkeypatch):
     probes = ("hi", "What did she say about the lighthouse last summer?")
     monkeypatch.setattr(bert, "may_compute_bfloat16", lambda torch: True)  # the trial decides
+    monkeypatch.setattr(bert, "may_compute_int8", lambda torch: False)  # bfloat16's trial alone
     monkeypatch.setattr(encoder, "_cost", lambda text, query, tries: 1.0)  # no faster
-    assert encoder.choose_query_precision(probes) == "float32" and encoder._half is None
+    assert encoder.choose_query_precision(probes) == "float32" and encoder._query_layers is None
     monkeypatch.setattr(encoder, "_cost", lambda text, query, tries: 0.1 if query else 1.0)
     monkeypatch.setattr(bert, "HALF_COSINE", 1.000001)  # never that close
-    assert encoder.choose_query_precision(probes) == "float32" and encoder._half is None
+    assert encoder.choose_query_precision(probes) == "float32" and encoder._query_layers is None
     monkeypatch.setattr(bert, "HALF_COSINE", 0.999)
-    assert encoder.choose_query_precision(probes) == "bfloat16" and encoder._half is not None
+    assert encoder.choose_query_precision(probes) == "bfloat16" and encoder._query_layers is not None
 
     def no_kernel(text, query, tries):
         raise RuntimeError('"addmm_impl_cpu_" not implemented for \'BFloat16\'')
 
     monkeypatch.setattr(encoder, "_cost", no_kernel)  # a torch without bfloat16 kernels: float32
-    assert encoder.choose_query_precision(probes) == "float32" and encoder._half is None
+    assert encoder.choose_query_precision(probes) == "float32" and encoder._query_layers is None
 
 
 def test_an_embedder_with_bfloat16_queries_caches_a_query_apart_from_the_same_passage(embedder):
@@ -236,9 +300,10 @@ def test_an_embedder_with_bfloat16_queries_caches_a_query_apart_from_the_same_pa
     query = embedder.embed_one(text, 60, kind="query")
     passage = embedder.embed_one(text, 60, kind="passage")
     assert np.abs(passage - bert_reference(text)).max() < 1e-6
-    if embedder.status()["query_precision"] == "bfloat16":
+    precision = embedder.status()["query_precision"]
+    if precision != "float32":
         assert embedder.distinguishes_kinds and not np.array_equal(query, passage)
-        assert float(query @ passage) >= bert.HALF_COSINE
+        assert float(query @ passage) >= {"bfloat16": bert.HALF_COSINE, "int8": bert.INT8_COSINE}[precision]
 
 
 def bert_reference(text: str) -> np.ndarray:
@@ -277,7 +342,9 @@ def test_no_bfloat16_trial_on_an_x86_cpu_without_avx512(encoder, monkeypatch):
                         lambda text, query, tries: timed.append(query) or (0.1 if query else 1.0))
     monkeypatch.setattr(bert, "HALF_COSINE", 0.999)
     monkeypatch.setattr(bert, "may_compute_bfloat16", lambda torch: False)
-    assert encoder.choose_query_precision(probes) == "float32" and encoder._half is None and timed == []
+    monkeypatch.setattr(bert, "may_compute_int8", lambda torch: False)
+    assert encoder.choose_query_precision(probes) == "float32"
+    assert encoder._query_layers is None and timed == []
     monkeypatch.undo()
 
     class Cpu:

@@ -157,7 +157,8 @@ class Embedder:
                  dim: int | None = None, cache_size: int = 4096, query_precision: str = "auto") -> None:
         self.model_path = model_path
         self.threads = max(1, threads)
-        # "auto": a query in bfloat16 where this CPU runs it clearly faster (bert.py); "float32": never.
+        # "auto": a query in bfloat16 or with int8 products where this CPU runs it clearly faster
+        # and close enough (bert.py); "float32": never.
         self.wanted_precision = query_precision
         self.model_name = os.path.basename(model_path.rstrip("/")) if model_path else PACKAGED_MODEL_NAME
         self.key = f"minilm:{model_path or PACKAGED_MODEL_NAME}"
