@@ -191,7 +191,7 @@ def test_int8_is_refused_when_it_is_not_faster_or_not_close_or_this_torch_has_no
     assert encoder.choose_query_precision(probes) == "float32"
     assert encoder._query_layers is None and timed == []
     monkeypatch.setattr(bert, "may_compute_int8", lambda torch: True)
-    monkeypatch.setattr(encoder, "use_int8", lambda: (_ for _ in ()).throw(RuntimeError("no kernel")))
+    monkeypatch.setattr(encoder, "_int8_layers", lambda: (_ for _ in ()).throw(RuntimeError("no kernel")))
     assert encoder.choose_query_precision(probes) == "float32" and encoder._query_layers is None
     encoder._query_layers = None
 
@@ -296,6 +296,7 @@ def test_an_embedder_with_bfloat16_queries_caches_a_query_apart_from_the_same_pa
     """The last action is embedded as a query, then stored as a message: the stored vector must
     be the float32 one, never the query's from the cache."""
     text = "Ayla lit the lantern on the pier at midnight."
+    embedder.settle()  # int8's trial after ready
     embedder._cache.clear()
     query = embedder.embed_one(text, 60, kind="query")
     passage = embedder.embed_one(text, 60, kind="passage")
@@ -304,6 +305,29 @@ def test_an_embedder_with_bfloat16_queries_caches_a_query_apart_from_the_same_pa
     if precision != "float32":
         assert embedder.distinguishes_kinds and not np.array_equal(query, passage)
         assert float(query @ passage) >= {"bfloat16": bert.HALF_COSINE, "int8": bert.INT8_COSINE}[precision]
+
+
+def test_int8_is_tried_once_the_model_is_ready_and_a_refusal_caches_queries_with_passages(tmp_path,
+                                                                                          monkeypatch):
+    """At load only bfloat16 is tried (ready waits for it); int8's trial runs after ready, beside
+    the index's build, with queries cached apart from passages from before it starts (an int8
+    vector must never be stored as a passage's); refused, they share the cache again."""
+    from server_plugin.retrieval import embedders
+    from server_plugin.settings import load_settings
+
+    calls = []
+
+    def spy(self, probes, tries=5, kinds=("bfloat16", "int8")):
+        calls.append((tuple(kinds), model._ready.is_set(), model.distinguishes_kinds))
+        return "float32"
+
+    monkeypatch.setattr(bert.Encoder, "choose_query_precision", spy)
+    settings = load_settings({"data_dir": str(tmp_path)}, environ={})
+    model = embedders._make(embedders.key_of(settings), settings).start_loading()
+    model.wait(180)
+    model.settle()
+    assert calls == [(("bfloat16",), False, False), (("int8",), True, True)]
+    assert not model.distinguishes_kinds and model.status()["query_precision"] == "float32"
 
 
 def bert_reference(text: str) -> np.ndarray:

@@ -46,6 +46,8 @@ HALF_COSINE = 0.9995
 # query in ~0.6 of float32's time on AVX2; recall on LoCoMo unchanged (docs/search.md section 6).
 INT8_COSINE = 0.99
 _INT8_LAYERS = ("attention.self.qkv", "attention.output.dense", "intermediate.dense")
+_MAXIMA, _ROWS = "calibration maxima", "calibration rows"  # keys of _int8_layers' recording pass
+_ALONE = "one text at a time"  # a key of int8 layers: a batch of queries is embedded text by text
 INT8_SMOOTHING = 0.7
 _CALIBRATION = (
     "Where did you leave the key to the tower?", "What did the captain promise us last winter?",
@@ -139,7 +141,6 @@ class Encoder:
         # A query's layers, bfloat16 or with int8 products (choose_query_precision); None: float32.
         self._query_layers: dict[str, Any] | None = None
         self._query_kind = "float32"
-        self._maxima: dict[str, Any] | None = None  # each linear's largest inputs, while use_int8 reads them
         self._query_graph: Any = None  # one query's pass, traced (trace_query)
         weights = load_file(os.path.join(path, "model.safetensors"))
         self._w = {k.removeprefix("bert."): v.float() for k, v in weights.items()}
@@ -221,15 +222,16 @@ class Encoder:
         return x.float()
 
     def _linear(self, x: Any, w: dict[str, Any], name: str) -> Any:
-        """The layer `name`'s product: int8 where `w` has it packed (use_int8), else in `w`'s
-        precision."""
+        """The layer `name`'s product: int8 where `w` has it packed (`_int8_layers`), else in
+        `w`'s precision (recording its inputs' largest where `w` asks for them)."""
         torch = self._torch
         packed = w.get(name + ".int8")
         if packed is not None:
             return packed(x * w[name + ".inverse"])
-        if self._maxima is not None:
-            top = x.detach().abs().reshape(-1, x.shape[-1]).amax(0)
-            self._maxima[name] = torch.maximum(self._maxima[name], top) if name in self._maxima else top
+        maxima = w.get(_MAXIMA)
+        if maxima is not None:  # _int8_layers' calibration: each input component's largest
+            top = x.detach().reshape(-1, x.shape[-1])[w[_ROWS]].abs().amax(0)
+            maxima[name] = torch.maximum(maxima[name], top) if name in maxima else top
         return torch.nn.functional.linear(x, w[name + ".weight"], w[name + ".bias"])
 
     def encode(self, texts: Sequence[str], batch_size: int = 32, query: bool = False) -> np.ndarray:
@@ -239,7 +241,7 @@ class Encoder:
         stored is always embedded in float32, as sentence-transformers does)."""
         torch = self._torch
         layers = self._query_layers if query else None
-        if layers is not None and self._query_kind == "int8" and len(texts) > 1:
+        if layers is not None and layers.get(_ALONE) and len(texts) > 1:
             # One at a time: an input's one scale would span the padding's rows too.
             return np.stack([self.encode([text], query=True)[0] for text in texts])
         graph = self._query_graph if query and len(texts) == 1 else None
@@ -300,68 +302,83 @@ class Encoder:
         self._query_graph = graph if same else None
         return same
 
-    def choose_query_precision(self, probes: Sequence[str], tries: int = 5) -> str:
-        """The first of bfloat16 and int8 products that this CPU runs clearly faster than float32
-        (`HALF_GAIN`) for queries, with vectors within its cosine (`HALF_COSINE`, `INT8_COSINE`) of
-        float32's for every probe; else float32. bfloat16 is tried only where the CPU has its
-        instructions (elsewhere it is emulated, and slower). On LoCoMo, queries in either give the
-        recall of float32 ones (docs/search.md). Returns the precision chosen."""
+    def choose_query_precision(self, probes: Sequence[str], tries: int = 5,
+                               kinds: Sequence[str] = ("bfloat16", "int8")) -> str:
+        """The first of `kinds` (bfloat16, int8 products) that this CPU runs clearly faster than
+        float32 (`HALF_GAIN`) for queries, with vectors within its cosine (`HALF_COSINE`,
+        `INT8_COSINE`) of float32's for every probe; else float32. bfloat16 is tried only where
+        the CPU has its instructions (elsewhere it is emulated, and slower), int8 where torch has
+        a quantized engine. On LoCoMo, queries in either give the recall of float32 ones
+        (docs/search.md). Queries meanwhile are embedded in float32: a precision is in use only
+        once kept. Returns the precision chosen."""
         full = self.encode(list(probes))  # float32 outside the try: a model that fails there fails to load
-        self._query_layers = self._query_graph = None
-        self._query_kind = "float32"
-        trials = [("bfloat16", self.use_half, HALF_COSINE)] if may_compute_bfloat16(self._torch) else []
-        if may_compute_int8(self._torch):
-            trials.append(("int8", self.use_int8, INT8_COSINE))
-        for name, use, cosine in trials:
-            if self._kept(use, probes, full, cosine, tries):
-                return name
+        self._install(None, "float32")
+        trials = {"bfloat16": (may_compute_bfloat16, self._half_layers, HALF_COSINE),
+                  "int8": (may_compute_int8, self._int8_layers, INT8_COSINE)}
+        for kind in kinds:
+            may, make, cosine = trials[kind]
+            layers = self._kept(make, probes, full, cosine, tries) if may(self._torch) else None
+            if layers is not None:
+                self._install(layers, kind)
+                return kind
         return "float32"
 
-    def _kept(self, use: Any, probes: Sequence[str], full: np.ndarray, cosine: float, tries: int) -> bool:
-        """Whether queries made by `use` stay (their layers kept): within `cosine` of `full` on
-        every probe and under `HALF_GAIN` of float32's time; else the layers are dropped."""
+    def _kept(self, make: Any, probes: Sequence[str], full: np.ndarray, cosine: float,
+              tries: int) -> dict[str, Any] | None:
+        """The query layers `make` gives where they are kept: within `cosine` of `full` on every
+        probe and under `HALF_GAIN` of float32's time; else None."""
         try:
-            use()
-            near = self.encode(list(probes), query=True)
+            layers = make()
+            near = self._alone(probes, layers)
             if bool(np.all(np.sum(full * near, axis=1) >= cosine)):
                 text, costs = probes[len(probes) // 2], {False: 0.0, True: 0.0}
                 for query in (False, True, True, False):  # interleaved: a load that comes and goes hits both
-                    costs[query] += self._cost(text, query, tries)
+                    costs[query] += self._cost(text, layers if query else None, tries)
                 if costs[True] < HALF_GAIN * costs[False]:
-                    return True
+                    return layers
         except (RuntimeError, AttributeError, NotImplementedError):  # a torch without these kernels
             pass
-        self._query_layers = self._query_graph = None
-        self._query_kind = "float32"
-        return False
+        return None
+
+    def _alone(self, texts: Sequence[str], layers: dict[str, Any] | None) -> np.ndarray:
+        """Unit vectors of `texts` embedded one at a time with `layers` (eager)."""
+        with self._torch.inference_mode():
+            return np.stack([self._pooled(*self._ids([t]), layers).numpy()[0] for t in texts])
+
+    def _install(self, layers: dict[str, Any] | None, kind: str) -> None:
+        """Queries from now on with `layers` (None: float32), their precision `kind`."""
+        self._query_graph = None  # traced in the precision before
+        # The kind first: a query reading the new layers (`encode`) reads their kind too.
+        self._query_kind = kind
+        self._query_layers = layers
 
     def use_half(self) -> None:
         """Embed queries in bfloat16 from now on (the layers' weights converted once)."""
-        torch = self._torch
-        self._query_graph = None  # traced in the precision before
-        self._query_layers = {k: v.to(torch.bfloat16) for k, v in self._w.items() if k.startswith("encoder.")}
-        self._query_kind = "bfloat16"
+        self._install(self._half_layers(), "bfloat16")
 
     def use_int8(self) -> None:
-        """Embed queries with int8 products from now on: each linear's weights smoothed by its
-        inputs' largest on `_CALIBRATION` (INT8_SMOOTHING), quantized per output row and packed once,
-        for `_INT8_LAYERS`; the others stay float32."""
+        """Embed queries with int8 products from now on (`_int8_layers`)."""
+        self._install(self._int8_layers(), "int8")
+
+    def _half_layers(self) -> dict[str, Any]:
         torch = self._torch
-        self._query_graph = self._query_layers = None
-        self._query_kind = "float32"
+        return {k: v.to(torch.bfloat16) for k, v in self._w.items() if k.startswith("encoder.")}
+
+    def _int8_layers(self) -> dict[str, Any]:
+        """The layers with int8 products for `_INT8_LAYERS` (the others float32): each linear's
+        weights smoothed by its inputs' largest on `_CALIBRATION` (INT8_SMOOTHING), quantized per
+        output row and packed once."""
+        torch = self._torch
         # torch 2.13 calls its quantized tensors deprecated, once per process: this use is tried
-        # at load and left for float32 where they are gone (choose_query_precision). Only that
-        # note is filtered, for good (a filter set and restored here would race other threads).
+        # and left for float32 where they are gone (choose_query_precision). Only that note is
+        # filtered, for good (a filter set and restored here would race other threads).
         warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quantize_per_channel",
                                 category=UserWarning)
-        self._maxima = {}
-        try:
-            for text in _CALIBRATION:  # one at a time: no padding's rows among the inputs
-                self.encode([text])
-            maxima = self._maxima
-        finally:
-            self._maxima = None
         layers = {k: v for k, v in self._w.items() if k.startswith("encoder.")}
+        ids, mask = self._ids(list(_CALIBRATION))
+        maxima: dict[str, Any] = {}
+        with torch.inference_mode():  # one padded batch, each input's padding rows left out
+            self._forward(ids, mask, {**layers, _MAXIMA: maxima, _ROWS: mask.reshape(-1).bool()})
         for name, top in maxima.items():
             if not name.endswith(_INT8_LAYERS):
                 continue
@@ -379,17 +396,18 @@ class Encoder:
             product.set_weight_bias(rows, self._w[name + ".bias"])
             layers[name + ".int8"] = product
             layers[name + ".inverse"] = 1 / smooth
-        self._query_layers, self._query_kind = layers, "int8"
+        layers[_ALONE] = True
+        return layers
 
-    def _cost(self, text: str, query: bool, tries: int) -> float:
-        """Seconds `tries` embeddings of `text` take: this thread's CPU time where torch computes
-        on this thread alone (at start-up the index is built beside it: waiting for the
-        interpreter or a core is not the precision's cost), else the wall clock."""
+    def _cost(self, text: str, layers: dict[str, Any] | None, tries: int) -> float:
+        """Seconds `tries` embeddings of `text` with `layers` (None: float32) take: this thread's
+        CPU time where torch computes on this thread alone (at start-up the index is built beside
+        it: waiting for the interpreter or a core is not the precision's cost), else the wall clock."""
         clock = time.thread_time if self._torch.get_num_threads() == 1 else time.perf_counter
-        self.encode([text], query=query)  # its kernels made for this shape first
+        self._alone([text], layers)  # its kernels made for this shape first
         started = clock()
         for _ in range(tries):
-            self.encode([text], query=query)
+            self._alone([text], layers)
         return clock() - started
 
     @property
