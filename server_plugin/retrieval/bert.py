@@ -43,7 +43,7 @@ HALF_COSINE = 0.9995
 # stays float32: its inputs (after GELU) have a few tokens far larger than the rest, and in int8
 # it took a 60-token text to cosine 0.95. Measured on 100 LoCoMo questions and 60 passages of
 # 4-14 turns: cosine to float32 at least 0.998 (mean 0.999; 0.992-0.998 for a word or two), a
-# query in ~0.6 of float32's time on AVX2; recall on LoCoMo unchanged (docs/search.md section 6).
+# query in ~0.55 of float32's time on AVX2; recall on LoCoMo within 0.002 (docs/search.md section 6).
 INT8_COSINE = 0.99
 _INT8_LAYERS = ("attention.self.qkv", "attention.output.dense", "intermediate.dense")
 _MAXIMA, _ROWS = "calibration maxima", "calibration rows"  # keys of _int8_layers' recording pass
@@ -308,7 +308,7 @@ class Encoder:
         float32 (`HALF_GAIN`) for queries, with vectors within its cosine (`HALF_COSINE`,
         `INT8_COSINE`) of float32's for every probe; else float32. bfloat16 is tried only where
         the CPU has its instructions (elsewhere it is emulated, and slower), int8 where torch has
-        a quantized engine. On LoCoMo, queries in either give the recall of float32 ones
+        a quantized engine. On LoCoMo, queries in either give recall within 0.002 of float32's
         (docs/search.md). Queries meanwhile are embedded in float32: a precision is in use only
         once kept. Returns the precision chosen."""
         full = self.encode(list(probes))  # float32 outside the try: a model that fails there fails to load
