@@ -348,7 +348,7 @@ class Encoder:
     def _install(self, layers: dict[str, Any] | None, kind: str) -> None:
         """Queries from now on with `layers` (None: float32), their precision `kind`."""
         self._query_graph = None  # traced in the precision before
-        # The kind first: a query reading the new layers (`encode`) reads their kind too.
+        # The kind first: `query_precision`, reading the new layers, reads their kind too.
         self._query_kind = kind
         self._query_layers = layers
 
