@@ -176,17 +176,19 @@ def test_queries_with_int8_products_stay_within_its_cosine_alone_and_in_batches(
 
 def test_int8_is_refused_when_it_is_not_faster_or_not_close_or_this_torch_has_no_engine(encoder, monkeypatch):
     probes = ("hi", "What did she say about the lighthouse last summer?")
-    timed: list[bool] = []
+    timed: list[bool] = []  # for each timing: with the trial's layers (True) or float32
     monkeypatch.setattr(bert, "may_compute_bfloat16", lambda torch: False)  # int8's trial alone
-    monkeypatch.setattr(encoder, "_cost", lambda text, query, tries: timed.append(query) or 1.0)  # no faster
-    assert encoder.choose_query_precision(probes) == "float32" and encoder._query_layers is None and timed
-    monkeypatch.setattr(encoder, "_cost", lambda text, query, tries: 0.1 if query else 1.0)
+    monkeypatch.setattr(encoder, "_cost",
+                        lambda text, layers, tries: timed.append(layers is not None) or 1.0)  # no faster
+    assert encoder.choose_query_precision(probes) == "float32" and encoder._query_layers is None
+    assert timed == [False, True, True, False]  # interleaved
+    monkeypatch.setattr(encoder, "_cost", lambda text, layers, tries: 0.1 if layers is not None else 1.0)
     monkeypatch.setattr(bert, "INT8_COSINE", 1.000001)  # never that close
     assert encoder.choose_query_precision(probes) == "float32" and encoder._query_layers is None
     monkeypatch.setattr(bert, "INT8_COSINE", 0.99)
     assert encoder.choose_query_precision(probes) == "int8" == encoder.query_precision
     timed.clear()
-    monkeypatch.setattr(encoder, "_cost", lambda text, query, tries: timed.append(query) or 0.1)
+    monkeypatch.setattr(encoder, "_cost", lambda text, layers, tries: timed.append(layers is not None) or 0.1)
     monkeypatch.setattr(bert, "may_compute_int8", lambda torch: False)  # no trial, no timing
     assert encoder.choose_query_precision(probes) == "float32"
     assert encoder._query_layers is None and timed == []
@@ -292,7 +294,7 @@ def test_bfloat16_is_refused_when_it_is_not_faster_or_not_close(encoder, monkeyp
     assert encoder.choose_query_precision(probes) == "float32" and encoder._query_layers is None
 
 
-def test_an_embedder_with_bfloat16_queries_caches_a_query_apart_from_the_same_passage(embedder):
+def test_an_embedder_with_queries_in_another_precision_caches_a_query_apart_from_the_same_passage(embedder):
     """The last action is embedded as a query, then stored as a message: the stored vector must
     be the float32 one, never the query's from the cache."""
     text = "Ayla lit the lantern on the pier at midnight."
