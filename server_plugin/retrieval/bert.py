@@ -47,7 +47,8 @@ HALF_COSINE = 0.9995
 INT8_COSINE = 0.99
 _INT8_LAYERS = ("attention.self.qkv", "attention.output.dense", "intermediate.dense")
 _MAXIMA, _ROWS = "calibration maxima", "calibration rows"  # keys of _int8_layers' recording pass
-_ALONE = "one text at a time"  # a key of int8 layers: a batch of queries is embedded text by text
+# A key of int8 layers (their mark, `query_precision`): a batch of queries is embedded text by text.
+_ALONE = "one text at a time"
 INT8_SMOOTHING = 0.7
 _CALIBRATION = (
     "Where did you leave the key to the tower?", "What did the captain promise us last winter?",
@@ -140,7 +141,6 @@ class Encoder:
         self._tokenizer = tokenizer
         # A query's layers, bfloat16 or with int8 products (choose_query_precision); None: float32.
         self._query_layers: dict[str, Any] | None = None
-        self._query_kind = "float32"
         self._query_graph: Any = None  # one query's pass, traced (trace_query)
         weights = load_file(os.path.join(path, "model.safetensors"))
         self._w = {k.removeprefix("bert."): v.float() for k, v in weights.items()}
@@ -312,14 +312,14 @@ class Encoder:
         (docs/search.md). Queries meanwhile are embedded in float32: a precision is in use only
         once kept. Returns the precision chosen."""
         full = self.encode(list(probes))  # float32 outside the try: a model that fails there fails to load
-        self._install(None, "float32")
+        self._install(None)
         trials = {"bfloat16": (may_compute_bfloat16, self._half_layers, HALF_COSINE),
                   "int8": (may_compute_int8, self._int8_layers, INT8_COSINE)}
         for kind in kinds:
             may, make, cosine = trials[kind]
             layers = self._kept(make, probes, full, cosine, tries) if may(self._torch) else None
             if layers is not None:
-                self._install(layers, kind)
+                self._install(layers)
                 return kind
         return "float32"
 
@@ -345,20 +345,18 @@ class Encoder:
         with self._torch.inference_mode():
             return np.stack([self._pooled(*self._ids([t]), layers).numpy()[0] for t in texts])
 
-    def _install(self, layers: dict[str, Any] | None, kind: str) -> None:
-        """Queries from now on with `layers` (None: float32), their precision `kind`."""
+    def _install(self, layers: dict[str, Any] | None) -> None:
+        """Queries from now on with `layers` (None: float32)."""
         self._query_graph = None  # traced in the precision before
-        # The kind first: `query_precision`, reading the new layers, reads their kind too.
-        self._query_kind = kind
         self._query_layers = layers
 
     def use_half(self) -> None:
         """Embed queries in bfloat16 from now on (the layers' weights converted once)."""
-        self._install(self._half_layers(), "bfloat16")
+        self._install(self._half_layers())
 
     def use_int8(self) -> None:
         """Embed queries with int8 products from now on (`_int8_layers`)."""
-        self._install(self._int8_layers(), "int8")
+        self._install(self._int8_layers())
 
     def _half_layers(self) -> dict[str, Any]:
         torch = self._torch
@@ -413,4 +411,7 @@ class Encoder:
     @property
     def query_precision(self) -> str:
         """The precision queries are embedded in ("bfloat16", "int8" or "float32")."""
-        return self._query_kind if self._query_layers is not None else "float32"
+        layers = self._query_layers  # read once: another thread may install others
+        if layers is None:
+            return "float32"
+        return "int8" if layers.get(_ALONE) else "bfloat16"
