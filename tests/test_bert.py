@@ -61,6 +61,44 @@ def test_an_empty_list_gives_no_rows(encoder):
     assert encoder.encode([]).shape == (0, 384)
 
 
+def test_length_batches_cut_for_the_least_padding_plus_a_pass_each_and_keep_the_cap():
+    def cost(batches, lengths):
+        return sum((end - start) * lengths[start] + bert.BATCH_OVERHEAD_TOKENS for start, end in batches)
+
+    def every_cut(n, cap):  # every split of range(n) into consecutive batches of at most cap
+        if n == 0:
+            yield []
+            return
+        for first in range(1, min(cap, n) + 1):
+            for rest in every_cut(n - first, cap):
+                yield [(0, first)] + [(a + first, b + first) for a, b in rest]
+
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        n, cap = int(rng.integers(1, 9)), int(rng.integers(1, 5))
+        lengths = sorted(rng.integers(2, 260, n).tolist(), reverse=True)
+        got = bert.length_batches(lengths, cap)
+        assert [b for a, b in got][-1] == n and all(b - a <= cap for a, b in got)
+        assert all(got[i][1] == got[i + 1][0] for i in range(len(got) - 1)) and got[0][0] == 0
+        assert cost(got, lengths) == min(cost(c, lengths) for c in every_cut(n, cap))
+    assert bert.length_batches([], 32) == []
+    assert bert.length_batches([12] * 70, 32) == [(0, 6), (6, 38), (38, 70)]  # equal lengths: full batches
+    assert bert.length_batches([200, 30, 28, 25, 20], 32) == [(0, 1), (1, 5)]  # a whole text apart
+
+
+def test_an_items_short_passages_are_not_padded_to_its_whole_text(encoder, monkeypatch):
+    whole = "The party crossed the marsh at dawn and bargained with the witch. " * 12
+    texts = ["Ayla hid the lantern.", whole, "The witch wanted a map.", "They camped by the river.", "ok"]
+    widths = []
+    pooled = encoder._pooled
+    monkeypatch.setattr(encoder, "_pooled", lambda ids, mask, layers: widths.append(tuple(ids.shape))
+                        or pooled(ids, mask, layers))
+    got = encoder.encode(texts)
+    assert widths[0][0] == 1 and widths[0][1] > 100 and len(widths) == 2 and widths[1][1] < 12
+    alone = np.stack([pooled(*encoder._ids([t]), None).numpy()[0] for t in texts])
+    assert np.abs(got - alone).max() < 1e-5
+
+
 def copy_of_packaged(tmp_path: Path) -> Path:
     folder = tmp_path / "model"
     shutil.copytree(packaged_model_path(), folder)
