@@ -59,6 +59,25 @@ def test_background_chunks_give_the_same_vectors_as_one_batch(embedder):
     assert np.allclose(chunked, whole, atol=1e-5)
 
 
+def test_background_chunks_hold_texts_of_like_length_and_vectors_come_back_in_order(embedder):
+    """An item's whole text and its short passages go to the model in chunks of like length (a
+    chunk is padded to its longest), and each text still gets its own vector."""
+    texts = [("The ferry left at dawn and the harbour emptied, gull by gull. " * (i % 5 * 4 + 1))
+             + f"Passage {i}." for i in range(20)]
+    chunks: list[list[str]] = []
+    real_run = embedder._run
+    embedder._run = lambda chunk, *a, **k: chunks.append(list(chunk)) or real_run(chunk, *a, **k)
+    try:
+        with priority.background():
+            chunked = embedder.embed(texts, WAIT)
+    finally:
+        del embedder._run
+    assert len(chunks) == 3 and sorted(t for c in chunks for t in c) == sorted(texts)
+    assert all(max(map(len, a)) <= min(map(len, b)) for a, b in zip(chunks, chunks[1:]))
+    alone = np.stack([real_run([t], "passage")[0] for t in texts])
+    assert np.abs(chunked - alone).max() < 1e-5
+
+
 def test_background_marks_only_its_own_thread():
     """`priority.background()` is per thread and restores what it found."""
     seen: list[bool] = []
