@@ -82,7 +82,7 @@ def test_length_batches_cut_for_the_least_padding_plus_a_pass_each_and_keep_the_
         assert all(got[i][1] == got[i + 1][0] for i in range(len(got) - 1)) and got[0][0] == 0
         assert cost(got, lengths) == min(cost(c, lengths) for c in every_cut(n, cap))
     assert bert.length_batches([], 32) == []
-    assert bert.length_batches([12] * 70, 32) == [(0, 6), (6, 38), (38, 70)]  # equal lengths: full batches
+    assert len(bert.length_batches([12] * 70, 32)) == 3  # equal lengths: as few passes as the cap allows
     assert bert.length_batches([200, 30, 28, 25, 20], 32) == [(0, 1), (1, 5)]  # a whole text apart
 
 
