@@ -360,9 +360,10 @@ class Embedder:
                 found: dict[str, np.ndarray]) -> None:
         request = not priority.is_background()  # background work: in chunks, requests first
         step = max(1, len(missing)) if request else self.background_chunk
-        # Chunks of texts of like length (each chunk is batched by length within it): fewer and
-        # less padded passes than an item's whole text and its passages mixed in each chunk.
-        missing = sorted(missing, key=lambda key: len(text_of[key]))
+        if not request:
+            # Chunks of texts of like length (each chunk is batched by length within it): fewer and
+            # less padded passes than an item's whole text and its passages mixed in each chunk.
+            missing = sorted(missing, key=lambda key: len(text_of[key]))
         for start in range(0, len(missing), step):
             chunk = missing[start:start + step]
             if not request:
